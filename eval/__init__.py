@@ -1,0 +1,1 @@
+"""Evaluation: metrics, calibration, threshold behaviour, latency, reports and CI gates."""

@@ -1,0 +1,20 @@
+"""Runtime intent router: ONNX classification, skills, RBAC, threshold and fallback.
+
+Imports only onnxruntime, tokenizers, numpy and pydantic (httpx lazily, for the LLM verifier).
+"""
+
+from router.intents import INTENTS, Intent
+
+__all__ = ["INTENTS", "Intent", "Router", "Decision"]
+
+
+def __getattr__(name):  # lazy, so `import router` stays cheap
+    if name == "Router":
+        from router.routing import Router
+
+        return Router
+    if name == "Decision":
+        from router.decision import Decision
+
+        return Decision
+    raise AttributeError(name)

@@ -1,0 +1,90 @@
+"""Router configuration: threshold, intent -> skills, the skill registry and roles (RBAC)."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from router.intents import INTENTS
+
+WILDCARD = "*"
+
+
+class IntentSkills(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    required: list[str] = Field(default_factory=list)
+    optional: list[str] = Field(default_factory=list)
+    context_budget: int = Field(ge=0)
+
+
+class Skill(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    permissions: list[str] = Field(default_factory=list)
+    requires_confirmation: bool = False
+    purpose: str = ""
+    use_when: str = ""
+    avoid_when: str = ""
+    examples: list[str] = Field(default_factory=list)
+
+
+class Role(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    skills: list[str] = Field(default_factory=list)
+    permissions: list[str] = Field(default_factory=list)
+
+    def allows_skill(self, skill: str) -> bool:
+        return WILDCARD in self.skills or skill in self.skills
+
+    def missing_permissions(self, needed: list[str]) -> list[str]:
+        if WILDCARD in self.permissions:
+            return []
+        return [p for p in needed if p not in self.permissions]
+
+
+def validate_threshold(v: float) -> float:
+    if not (0.0 < float(v) <= 1.0):
+        raise ValueError(f"threshold must be in (0, 1], got {v}")
+    return float(v)
+
+
+class RouterConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    threshold: float = 0.75
+    fallback_intents: list[str] = Field(default_factory=lambda: ["SEARCH", "REASONING"])
+    max_chars: int = Field(10000, ge=1)
+    intents: dict[str, IntentSkills]
+    skills: dict[str, Skill]
+    roles: dict[str, Role]
+
+    _check_threshold = field_validator("threshold")(classmethod(lambda cls, v: validate_threshold(v)))
+
+    @model_validator(mode="after")
+    def _complete(self) -> "RouterConfig":
+        missing = [i for i in INTENTS if i not in self.intents]
+        if missing:
+            raise ValueError(f"intents missing from the config: {missing}")
+        unknown = [i for i in self.fallback_intents if i not in self.intents]
+        if unknown or not self.fallback_intents:
+            raise ValueError(f"fallback_intents must name configured intents, got {self.fallback_intents}")
+        return self
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> "RouterConfig":
+        if path is None:
+            text = resources.files("router").joinpath("config/default.yaml").read_text(encoding="utf-8")
+            source = "router/config/default.yaml"
+        else:
+            p = Path(path)
+            if not p.is_file():
+                raise FileNotFoundError(f"router config not found: {p}")
+            text, source = p.read_text(encoding="utf-8"), str(p)
+        data = yaml.safe_load(text)
+        if not isinstance(data, dict):
+            raise ValueError(f"{source}: a router config is a mapping")
+        try:
+            return cls.model_validate(data)
+        except Exception as e:
+            raise ValueError(f"{source}: invalid router config: {e}") from e

@@ -1,0 +1,96 @@
+"""The routing Decision: what a service gets back for one message."""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from router.intents import Intent
+
+Source = Literal["classifier", "verifier", "fallback", "guardrail"]
+
+
+class ReasonCode(str, Enum):
+    CONFIDENT = "confident"                    # classifier confidence >= threshold
+    VERIFIED = "verified"                      # below threshold, the verifier chose the intent
+    FOLLOW_UP = "follow_up_kept_previous"      # verifier: same-domain follow-up, previous intent kept
+    NO_VERIFIER = "no_verifier"                # below threshold and no verifier configured
+    VERIFIER_FAILED = "verifier_failed"        # verifier timed out, errored or answered invalid output
+    VERIFIER_UNAVAILABLE = "verifier_circuit_open"  # verifier skipped: circuit breaker open
+    LOW_SIGNAL = "low_signal"                  # guardrail: empty, punctuation/emoji-only or random characters
+
+
+class RankedIntent(BaseModel):
+    intent: Intent
+    probability: float
+
+
+class DeniedSkill(BaseModel):
+    skill: str
+    required: bool
+    reason: str
+
+
+class GrantedSkills(BaseModel):
+    required: list[str] = Field(default_factory=list)
+    optional: list[str] = Field(default_factory=list)
+
+    @property
+    def all(self) -> list[str]:
+        return self.required + self.optional
+
+
+class Latency(BaseModel):
+    tokenize_ms: float = 0.0
+    inference_ms: float = 0.0
+    verifier_ms: float = 0.0
+    total_ms: float = 0.0
+
+
+class TraceStep(BaseModel):
+    stage: str
+    status: str
+    ms: float = 0.0
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class InputInfo(BaseModel):
+    chars: int
+    truncated_chars: bool = False
+    truncated_tokens: bool = False
+
+
+class Decision(BaseModel):
+    """Routing outcome for one message. ``intent`` is None only for guardrail decisions."""
+
+    intent: Intent | None
+    confidence: float | None = Field(description="Calibrated probability of the classifier's top intent.")
+    ranking: list[RankedIntent] = Field(default_factory=list)
+    source: Source
+    reason_code: ReasonCode
+    role: str
+    skills: GrantedSkills
+    denied: list[DeniedSkill] = Field(default_factory=list)
+    servable: bool = Field(description="False when a required skill was denied: the request cannot be served as classified.")
+    message: str = ""
+    requires_confirmation: bool = False
+    context_budget: int = 0
+    threshold: float
+    model_id: str
+    input: InputInfo
+    latency: Latency = Field(default_factory=Latency)
+    trace: list[TraceStep] = Field(default_factory=list)
+
+
+def decision_json_schema() -> dict:
+    return Decision.model_json_schema()
+
+
+def write_json_schema(path: str | Path) -> Path:
+    path = Path(path)
+    path.write_text(json.dumps(decision_json_schema(), indent=2) + "\n", encoding="utf-8")
+    return path

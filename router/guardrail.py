@@ -1,0 +1,58 @@
+"""Cheap checks that keep low-signal input away from the classifier's verdict and the verifier.
+
+Low signal: empty or whitespace, no letter or digit at all (punctuation, emoji, symbols), or every
+word random characters (keyboard mashing such as "asdfgh", "jjjjj", "xqzvbn"). Identifiers with
+digits or separators (k8s, INC0012345, src/app.py) and ordinary short words ("ok", "hi") are not
+low signal: they go to the classifier, whose low confidence sends them on to verifier or fallback.
+"""
+
+from __future__ import annotations
+
+import re
+
+_VOWELS = set("aeiouy")
+_KEYBOARD_ROWS = ("qwertyuiop", "asdfghjkl", "zxcvbnm", "1234567890")
+_WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
+
+
+def _keyboard_run(word: str) -> bool:
+    """True when the word is a run along one keyboard row (asdf, lkjh, qwerty, ...)."""
+    for row in _KEYBOARD_ROWS:
+        for seq in (row, row[::-1]):
+            if len(word) >= 4 and word in seq:
+                return True
+    return False
+
+
+def _gibberish_word(word: str) -> bool:
+    w = word.lower()
+    if len(w) < 4 or not w.isascii():
+        return False
+    if re.search(r"(.)\1{3,}", w):  # jjjjj, aaaa
+        return True
+    if _keyboard_run(w):
+        return True
+    letters = [c for c in w if c.isalpha()]
+    vowels = sum(c in _VOWELS for c in letters)
+    if len(letters) >= 5 and vowels == 0:
+        return True
+    if len(letters) >= 8 and vowels / len(letters) < 0.1:
+        return True
+    return False
+
+
+def low_signal_reason(text: str) -> str | None:
+    """Why ``text`` is low signal ('empty', 'no_alphanumerics', 'random_characters'), or None."""
+    stripped = text.strip()
+    if not stripped:
+        return "empty"
+    if not any(ch.isalnum() for ch in stripped):
+        return "no_alphanumerics"
+    tokens = stripped.split()
+    alpha_only = [t for t in tokens if _WORD.fullmatch(t.strip(".,!?;:'\"()[]"))]
+    if len(alpha_only) != len(tokens) or len(tokens) > 4:
+        return None  # identifiers, numbers or a real sentence: let the classifier judge
+    words = [t.strip(".,!?;:'\"()[]") for t in tokens]
+    if all(_gibberish_word(w) for w in words):
+        return "random_characters"
+    return None

@@ -1,0 +1,53 @@
+"""Role-based skill filtering. Fails closed: unknown roles and unconfigured skills get nothing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from router.config import RouterConfig
+from router.decision import DeniedSkill, GrantedSkills
+
+
+@dataclass
+class SkillGrant:
+    skills: GrantedSkills
+    denied: list[DeniedSkill] = field(default_factory=list)
+    requires_confirmation: bool = False
+
+    @property
+    def servable(self) -> bool:
+        return not any(d.required for d in self.denied)
+
+
+def grant_skills(config: RouterConfig, role: str, required: list[str], optional: list[str]) -> SkillGrant:
+    """Split the skills an intent wants into granted and denied (each with its reason) for ``role``."""
+    grant = SkillGrant(skills=GrantedSkills())
+    role_cfg = config.roles.get(role)
+    seen: set[str] = set()
+    for is_required, names in ((True, required), (False, optional)):
+        for name in names:
+            if name in seen:
+                continue
+            seen.add(name)
+            reason = _denial_reason(config, role, role_cfg, name)
+            if reason:
+                grant.denied.append(DeniedSkill(skill=name, required=is_required, reason=reason))
+                continue
+            (grant.skills.required if is_required else grant.skills.optional).append(name)
+            if config.skills[name].requires_confirmation:
+                grant.requires_confirmation = True
+    return grant
+
+
+def _denial_reason(config: RouterConfig, role: str, role_cfg, skill: str) -> str | None:
+    if role_cfg is None:
+        return f"unknown role {role!r}"
+    spec = config.skills.get(skill)
+    if spec is None:
+        return f"skill {skill!r} is not in the skill registry"
+    if not role_cfg.allows_skill(skill):
+        return f"role {role!r} does not include skill {skill!r}"
+    missing = role_cfg.missing_permissions(spec.permissions)
+    if missing:
+        return f"role {role!r} lacks permission(s) {', '.join(missing)} needed by {skill!r}"
+    return None

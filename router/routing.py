@@ -1,0 +1,183 @@
+"""Router: guardrail -> classifier -> threshold -> verifier or fallback -> skills -> RBAC -> Decision."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Sequence
+
+from router.classifier import Classification, Classifier
+from router.config import RouterConfig, validate_threshold
+from router.decision import (
+    Decision, InputInfo, Latency, RankedIntent, ReasonCode, TraceStep,
+)
+from router.guardrail import low_signal_reason
+from router.intents import INTENTS
+from router.rbac import grant_skills
+from router.verifier import Verifier, VerifierError, VerifierUnavailable
+
+MODEL_ENV = "INTENT_ROUTER_MODEL"
+SHIPPED_MODEL = Path(__file__).resolve().parent.parent / "models" / "intent-minilm"
+
+
+def default_model_dir() -> Path:
+    """$INTENT_ROUTER_MODEL, else the model shipped in this checkout's models/ folder."""
+    env = os.environ.get(MODEL_ENV)
+    return Path(env) if env else SHIPPED_MODEL
+
+
+class Router:
+    """Routes messages to intents and skills. Thread-safe: it holds no per-request state."""
+
+    def __init__(self, classifier: Classifier, config: RouterConfig | None = None,
+                 verifier: Verifier | None = None, threshold: float | None = None) -> None:
+        self.classifier = classifier
+        self.config = config or RouterConfig.load()
+        self.threshold = validate_threshold(threshold if threshold is not None else self.config.threshold)
+        self.verifier = verifier
+        unknown = set(classifier.labels) - set(INTENTS)
+        if unknown:
+            raise ValueError(f"the model predicts labels the router does not know: {sorted(unknown)}")
+
+    @classmethod
+    def load(cls, model_dir: str | Path | None = None, config: str | Path | RouterConfig | None = None,
+             verifier: Verifier | None = None, threshold: float | None = None, variant: str | None = None,
+             intra_op_threads: int | None = None) -> "Router":
+        cfg = config if isinstance(config, RouterConfig) else RouterConfig.load(config)
+        clf = Classifier(model_dir or default_model_dir(), variant=variant, intra_op_threads=intra_op_threads)
+        return cls(clf, cfg, verifier=verifier, threshold=threshold)
+
+    # ------------------------------------------------------------------------------------ route
+    def route(self, text: str, role: str, previous: Decision | None = None) -> Decision:
+        return self.route_batch([text], role, previous=previous)[0]
+
+    def route_batch(self, texts: Sequence[str], role: str, previous: Decision | None = None) -> list[Decision]:
+        """Route many messages; the classifier runs once over all that pass the guardrail."""
+        if isinstance(texts, str):
+            raise TypeError("route_batch takes a sequence of strings; use route(text, role) for one message")
+        if not isinstance(role, str):
+            raise TypeError(f"role must be a str, got {type(role).__name__}")
+        t0 = time.perf_counter()
+        prepared: list[tuple[str, InputInfo, str | None]] = []
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise TypeError(f"message {i} is {type(text).__name__}, expected str")
+            info = InputInfo(chars=len(text))
+            if len(text) > self.config.max_chars:
+                text = text[: self.config.max_chars]
+                info.truncated_chars = True
+            prepared.append((text, info, low_signal_reason(text)))
+        to_classify = [i for i, (_, _, low) in enumerate(prepared) if low is None]
+        results: dict[int, Classification] = {}
+        if to_classify:
+            for i, c in zip(to_classify, self.classifier.classify_batch([prepared[i][0] for i in to_classify])):
+                results[i] = c
+        shared_ms = (time.perf_counter() - t0) * 1000 / max(1, len(texts))
+        out = []
+        for i, (text, info, low) in enumerate(prepared):
+            t_msg = time.perf_counter()
+            if low is not None:
+                d = self._guardrail(role, info, low)
+            else:
+                d = self._decide(text, role, info, results[i], previous)
+            d.latency.total_ms = round(shared_ms + (time.perf_counter() - t_msg) * 1000, 4)
+            out.append(d)
+        return out
+
+    # ---------------------------------------------------------------------------------- stages
+    def _guardrail(self, role: str, info: InputInfo, why: str) -> Decision:
+        return Decision(
+            intent=None, confidence=None, source="guardrail", reason_code=ReasonCode.LOW_SIGNAL, role=role,
+            skills={"required": [], "optional": []}, servable=True,
+            message=f"low-signal input ({why}): no skills are loaded; ask the user what they need",
+            threshold=self.threshold, model_id=self.classifier.model_id, input=info,
+            trace=[TraceStep(stage="guardrail", status="low_signal", detail={"why": why})],
+        )
+
+    def _decide(self, text: str, role: str, info: InputInfo, c: Classification, previous: Decision | None) -> Decision:
+        info.truncated_tokens = c.truncated
+        trace = [
+            TraceStep(stage="guardrail", status="pass"),
+            TraceStep(stage="classifier", status="ok", ms=round(c.tokenize_ms + c.inference_ms, 4),
+                      detail={"label": c.label, "confidence": round(c.confidence, 6), "tokens": c.num_tokens}),
+        ]
+        latency = Latency(tokenize_ms=round(c.tokenize_ms, 4), inference_ms=round(c.inference_ms, 4))
+        intent: str | None
+        if c.confidence >= self.threshold:
+            trace.append(TraceStep(stage="threshold", status="accepted", detail={"threshold": self.threshold}))
+            intent, source, reason = c.label, "classifier", ReasonCode.CONFIDENT
+        else:
+            trace.append(TraceStep(stage="threshold", status="below", detail={"threshold": self.threshold}))
+            intent, source, reason = self._verify(text, c, previous, trace, latency)
+
+        if intent is None:  # fallback: union of the fallback intents' skills
+            specs = [self.config.intents[i] for i in self.config.fallback_intents]
+            trace.append(TraceStep(stage="fallback", status="used", detail={"intents": self.config.fallback_intents}))
+        else:
+            specs = [self.config.intents[intent]]
+        required = _unique(s for spec in specs for s in spec.required)
+        optional = _unique(s for spec in specs for s in spec.optional if s not in required)
+        budget = max(spec.context_budget for spec in specs)
+
+        g = grant_skills(self.config, role, required, optional)
+        trace.append(TraceStep(stage="rbac", status="ok" if g.servable else "required_denied",
+                               detail={"granted": g.skills.all, "denied": [d.skill for d in g.denied]}))
+        message = ""
+        if not g.servable:
+            names = ", ".join(d.skill for d in g.denied if d.required)
+            message = f"cannot be served as classified: role {role!r} is denied required skill(s) {names}"
+        return Decision(
+            intent=intent, confidence=c.confidence,
+            ranking=[RankedIntent(intent=l, probability=p) for l, p in c.ranking],
+            source=source, reason_code=reason, role=role, skills=g.skills, denied=g.denied, servable=g.servable,
+            message=message, requires_confirmation=g.requires_confirmation, context_budget=budget,
+            threshold=self.threshold, model_id=self.classifier.model_id, input=info, latency=latency, trace=trace,
+        )
+
+    def _verify(self, text, c, previous, trace, latency):
+        if self.verifier is None:
+            trace.append(TraceStep(stage="verifier", status="absent"))
+            return None, "fallback", ReasonCode.NO_VERIFIER
+        t0 = time.perf_counter()
+        try:
+            res = self.verifier.verify(text, c, previous)
+        except VerifierUnavailable as e:
+            ms = (time.perf_counter() - t0) * 1000
+            latency.verifier_ms = round(ms, 4)
+            trace.append(TraceStep(stage="verifier", status=e.status, ms=round(ms, 4),
+                                   detail={"error": str(e), "breaker": e.breaker, "attempts": e.attempts}))
+            return None, "fallback", ReasonCode.VERIFIER_UNAVAILABLE
+        except VerifierError as e:
+            ms = (time.perf_counter() - t0) * 1000
+            latency.verifier_ms = round(ms, 4)
+            trace.append(TraceStep(stage="verifier", status=e.status, ms=round(ms, 4),
+                                   detail={"error": str(e), "breaker": e.breaker, "attempts": e.attempts}))
+            return None, "fallback", ReasonCode.VERIFIER_FAILED
+        except Exception as e:  # a third-party verifier must not take the router down
+            ms = (time.perf_counter() - t0) * 1000
+            latency.verifier_ms = round(ms, 4)
+            trace.append(TraceStep(stage="verifier", status="error", ms=round(ms, 4),
+                                   detail={"error": f"{type(e).__name__}: {e}"}))
+            return None, "fallback", ReasonCode.VERIFIER_FAILED
+        ms = (time.perf_counter() - t0) * 1000
+        latency.verifier_ms = round(ms, 4)
+        if res.intent not in INTENTS:
+            trace.append(TraceStep(stage="verifier", status="invalid_intent", ms=round(ms, 4),
+                                   detail={"intent": res.intent, "attempts": res.attempts}))
+            return None, "fallback", ReasonCode.VERIFIER_FAILED
+        detail = {"intent": res.intent, "reason_code": res.reason_code, "attempts": res.attempts, "breaker": res.breaker}
+        if res.reason_code == "same_domain_follow_up" and previous is not None and previous.intent is not None:
+            trace.append(TraceStep(stage="verifier", status="accepted", ms=round(ms, 4),
+                                   detail={**detail, "kept_previous": previous.intent.value}))
+            return previous.intent.value, "verifier", ReasonCode.FOLLOW_UP
+        trace.append(TraceStep(stage="verifier", status="accepted", ms=round(ms, 4), detail=detail))
+        return res.intent, "verifier", ReasonCode.VERIFIED
+
+
+def _unique(items) -> list[str]:
+    out: list[str] = []
+    for x in items:
+        if x not in out:
+            out.append(x)
+    return out

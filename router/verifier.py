@@ -1,0 +1,47 @@
+"""The Verifier interface: asked for an intent when the classifier is not confident enough.
+
+A verifier only chooses an intent; skills and RBAC are applied by the router afterwards, so nothing
+a message says can widen what the caller's role grants.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from router.classifier import Classification
+
+if TYPE_CHECKING:
+    from router.decision import Decision
+
+VERIFIER_REASON_CODES = ("fresh_request", "same_domain_follow_up", "ambiguous", "other")
+
+
+@dataclass
+class VerifierResult:
+    intent: str
+    reason_code: str = "other"
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    breaker: str | None = None
+
+
+class VerifierError(Exception):
+    """The verifier could not give a valid intent. ``status`` names why; ``attempts`` go to the trace."""
+
+    def __init__(self, message: str, status: str = "error", attempts: list[dict[str, Any]] | None = None,
+                 breaker: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.attempts = attempts or []
+        self.breaker = breaker
+
+
+class VerifierUnavailable(VerifierError):
+    """Not called at all (for example an open circuit breaker)."""
+
+
+@runtime_checkable
+class Verifier(Protocol):
+    def verify(self, text: str, classification: Classification, previous: "Decision | None" = None) -> VerifierResult:
+        """Return the intent for ``text`` or raise VerifierError."""
+        ...

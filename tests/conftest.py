@@ -1,0 +1,63 @@
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).parent / "fixtures"
+TINY = FIXTURES / "tiny"
+SHIPPED = ROOT / "models" / "intent-minilm"
+
+
+def tiny_config(**overrides):
+    from training.config import TrainConfig
+
+    base = dict(
+        name="tiny", train_file=TINY / "train.jsonl", dev_file=TINY / "dev.jsonl", test_file=TINY / "test.jsonl",
+        max_steps=60, batch_size=16, seed=7,
+    )
+    base.update(overrides)
+    return TrainConfig(**base)
+
+
+@pytest.fixture(scope="session")
+def tiny_trained(tmp_path_factory):
+    """A real SetFit model trained for a handful of steps on the fixture corpus (about 20 s on 2 cores)."""
+    from training.train import train
+
+    out = tmp_path_factory.mktemp("tiny-model")
+    manifest = train(tiny_config(), out, report=lambda _: None, show_progress=False)
+    return out, manifest
+
+
+@pytest.fixture(scope="session")
+def tiny_exported(tiny_trained, tmp_path_factory):
+    """The tiny model exported to fp32 and int8 ONNX with its parity check."""
+    from training.export import export_model
+
+    src, _ = tiny_trained
+    out = tmp_path_factory.mktemp("tiny-export") / "model"
+    shutil.copytree(src, out)
+    manifest = export_model(out, parity_file=TINY / "test.jsonl", report=lambda _: None)
+    return out, manifest
+
+
+@pytest.fixture
+def model_copy(tiny_exported, tmp_path):
+    """A throw-away copy of the exported tiny model that a test may damage."""
+    src, _ = tiny_exported
+    dst = tmp_path / "model"
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("checkpoint"))
+    return dst
+
+
+@pytest.fixture(scope="session")
+def shipped_router():
+    from router import Router
+
+    assert (SHIPPED / "manifest.json").is_file(), "the shipped model is missing from models/intent-minilm"
+    return Router.load(SHIPPED)

