@@ -61,3 +61,19 @@ def shipped_router():
 
     assert (SHIPPED / "manifest.json").is_file(), "the shipped model is missing from models/intent-minilm"
     return Router.load(SHIPPED)
+
+
+VAGUE = ("hmm maybe later", "and for next week?", "the thing from before", "ok so what now", "that one",
+         "not sure", "hello there", "what about the other one", "same for marketing", "and then?")
+
+
+def below_threshold(router, *candidates: str) -> str:
+    """The first message the real classifier scores below the router's threshold.
+
+    Tests force the verifier/fallback path with threshold=1.0; the tiny fixture model is overconfident
+    and gives exactly 1.0 (float32) to many messages, so the message must be picked, not assumed.
+    """
+    for text in candidates or VAGUE:
+        if router.classifier.classify(text).confidence < router.threshold:
+            return text
+    raise AssertionError(f"the classifier is at or above {router.threshold} on all of {candidates or VAGUE}")

@@ -76,10 +76,24 @@ def calibrated_probs(model, texts: Sequence[str], temperature: float) -> np.ndar
     return softmax(head_logits(model, encode(model, texts)), temperature)
 
 
+def quiet_libraries() -> None:
+    """setfit sets its loggers to INFO on import and the HF libraries draw tqdm bars; we report ourselves."""
+    import datasets
+    from setfit import logging as setfit_logging
+    from transformers.utils import logging as hf_logging
+
+    setfit_logging.set_verbosity_error()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    datasets.disable_progress_bars()
+
+
 def load_setfit(path: str | Path):
     """Load a SetFit checkpoint (local folder) for evaluation or export."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from setfit import SetFitModel
+
+    quiet_libraries()
 
     return SetFitModel.from_pretrained(str(path))
 
@@ -93,15 +107,22 @@ def _data_digest(paths: Sequence[Path]) -> dict[str, str]:
     return {str(p): sha256_file(p) for p in paths}
 
 
-def _progress_callback(progress, task):
+def _progress_callback(progress, task, report: Reporter, batch_size: int):
+    """Rich bar on a terminal; a line every 10% elsewhere (CI logs), with the pair rate."""
     from transformers import TrainerCallback
+
+    interactive = progress.console.is_terminal and not progress.disable
 
     class RichProgress(TrainerCallback):
         def on_train_begin(self, args, state, control, **kw):
+            self.t0, self.every = time.perf_counter(), max(1, state.max_steps // 10)
             progress.update(task, total=state.max_steps)
 
         def on_step_end(self, args, state, control, **kw):
             progress.update(task, completed=state.global_step)
+            if not interactive and (state.global_step % self.every == 0 or state.global_step == state.max_steps):
+                rate = state.global_step * batch_size / (time.perf_counter() - self.t0)
+                report(f"contrastive step {state.global_step}/{state.max_steps} ({rate:.0f} pairs/s)")
 
     return RichProgress()
 
@@ -126,7 +147,8 @@ def train(config: TrainConfig, out_dir: str | Path, report: Reporter = print, sh
     from datasets import Dataset
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
     from setfit import SetFitModel, Trainer, TrainingArguments
-    from transformers.utils import logging as hf_logging
+
+    quiet_libraries()
 
     set_seed(config.seed)
     base = resolve_base_model(config.base_model)
@@ -135,7 +157,6 @@ def train(config: TrainConfig, out_dir: str | Path, report: Reporter = print, sh
         base, labels=labels_in_data, head_params={"C": config.head_c, "max_iter": config.head_max_iter}
     )
     model.model_body.max_seq_length = config.max_seq_length
-    hf_logging.set_verbosity_warning()
 
     ds = Dataset.from_dict({"text": [e.text for e in train_rows], "label": [e.label for e in train_rows]})
     with tempfile.TemporaryDirectory(prefix="setfit-") as tmp:
@@ -160,7 +181,7 @@ def train(config: TrainConfig, out_dir: str | Path, report: Reporter = print, sh
             disable=not show_progress,
         ) as progress:
             task = progress.add_task("train", total=None)
-            trainer = Trainer(model=model, args=args, train_dataset=ds, callbacks=[_progress_callback(progress, task)])
+            trainer = Trainer(model=model, args=args, train_dataset=ds, callbacks=[_progress_callback(progress, task, report, config.batch_size)])
             from transformers.trainer_callback import ProgressCallback
 
             trainer.st_trainer.remove_callback(ProgressCallback)  # rich bar instead of tqdm

@@ -1,0 +1,192 @@
+"""The CI gate: compare an evaluation report with a committed baseline.
+
+A baseline (eval/baseline.json) is made from a report by ``make_baseline`` and holds the reference
+metrics plus the limits the gate applies:
+
+- accuracy and macro-F1 may fall by at most their tolerance below the baseline value;
+- each class's F1 must stay at or above its floor (baseline F1 minus ``class_f1_margin``);
+- ECE must stay at or below its ceiling (baseline ECE plus ``ece_margin``);
+- the accuracy of the accepted messages at the baseline's tau may fall by at most its tolerance.
+
+The limits are plain numbers in the baseline file: edit them there to tighten or loosen a check.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+BASELINE_KIND = "intent-router-eval-baseline"
+BASELINE_VERSION = 1
+
+#: Defaults used by ``make_baseline``; all are absolute differences in metric units (0.02 = 2 points).
+DEFAULT_POLICY = {
+    "accuracy_tolerance": 0.02,
+    "macro_f1_tolerance": 0.02,
+    "accepted_accuracy_tolerance": 0.02,
+    "class_f1_margin": 0.05,
+    "ece_margin": 0.02,
+}
+
+
+class GateError(ValueError):
+    """The report or baseline cannot be used for gating."""
+
+
+@dataclass
+class Check:
+    name: str
+    value: float | None
+    op: str  # ">=" or "<="
+    limit: float | None
+    baseline: float | None
+    passed: bool
+    detail: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(float(x), 6)
+
+
+def make_baseline(report: dict, **policy: float) -> dict:
+    """Baseline from a report, with the limits computed from ``DEFAULT_POLICY`` (override by keyword)."""
+    unknown = set(policy) - set(DEFAULT_POLICY)
+    if unknown:
+        raise ValueError(f"unknown policy keys {sorted(unknown)}; known: {sorted(DEFAULT_POLICY)}")
+    p = {**DEFAULT_POLICY, **policy}
+    c, cal, at = report["classification"], report["calibration"], report["thresholds"]["at_tau"]
+    class_f1 = {l: v["f1"] for l, v in c["per_class"].items() if v["support"] > 0}
+    return {
+        "schema_version": BASELINE_VERSION,
+        "kind": BASELINE_KIND,
+        "created_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "source": {
+            "model_id": report["model"]["model_id"],
+            "backend": report["model"]["backend"],
+            "data": report["data"]["source"],
+            "data_sha256": report["data"].get("sha256"),
+            "n": report["data"]["n"],
+            "report_created_at": report["created_at"],
+        },
+        "threshold": report["threshold"],
+        "metrics": {
+            "accuracy": c["accuracy"],
+            "macro_f1": c["macro_f1"],
+            "ece": cal["ece"],
+            "accepted_accuracy": at["accepted_accuracy"],
+            "class_f1": class_f1,
+        },
+        "tolerances": {
+            "accuracy": p["accuracy_tolerance"],
+            "macro_f1": p["macro_f1_tolerance"],
+            "accepted_accuracy": p["accepted_accuracy_tolerance"],
+        },
+        "class_f1_floors": {l: _r(max(0.0, f - p["class_f1_margin"])) for l, f in class_f1.items()},
+        "ece_ceiling": _r(cal["ece"] + p["ece_margin"]),
+        "policy": p,
+    }
+
+
+def write_baseline(report: dict, path: str | Path, **policy: float) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(make_baseline(report, **policy), indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def load_baseline(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise GateError(f"baseline not found: {path} (create one with 'intent-router gate --report eval.json "
+                        f"--baseline {path} --write-baseline')")
+    try:
+        b = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise GateError(f"{path} is not valid JSON: {e}") from e
+    check_baseline(b, str(path))
+    return b
+
+
+def check_baseline(b: dict, where: str = "baseline") -> None:
+    if not isinstance(b, dict) or b.get("kind") != BASELINE_KIND:
+        raise GateError(f"{where} is not an intent-router baseline (kind must be {BASELINE_KIND!r})")
+    if b.get("schema_version") != BASELINE_VERSION:
+        raise GateError(f"{where}: baseline schema_version {b.get('schema_version')!r} is not supported (expected {BASELINE_VERSION})")
+    for key in ("threshold", "metrics", "tolerances", "class_f1_floors", "ece_ceiling"):
+        if key not in b:
+            raise GateError(f"{where}: missing {key!r}")
+    for key in ("accuracy", "macro_f1", "accepted_accuracy"):
+        if key not in b["metrics"] or key not in b["tolerances"]:
+            raise GateError(f"{where}: metrics and tolerances need {key!r}")
+
+
+def _accepted_accuracy_at(report: dict, tau: float) -> tuple[float | None, bool]:
+    """(accuracy of accepted at tau, whether the report has tau at all)."""
+    at = report["thresholds"]["at_tau"]
+    if abs(at["tau"] - tau) < 1e-9:
+        return at["accepted_accuracy"], True
+    for row in report["thresholds"]["sweep"]:
+        if abs(row["tau"] - tau) < 1e-9:
+            return row["accepted_accuracy"], True
+    return None, False
+
+
+def run_gate(report: dict, baseline: dict) -> list[Check]:
+    """Every check of ``report`` against ``baseline``; the gate passes when all checks pass."""
+    check_baseline(baseline)
+    c, cal = report["classification"], report["calibration"]
+    bm, tol = baseline["metrics"], baseline["tolerances"]
+    checks: list[Check] = []
+
+    def at_least(name, value, base, tolerance, detail=""):
+        limit = _r(base - tolerance)
+        ok = value is not None and value >= limit - 1e-12
+        checks.append(Check(name, value, ">=", limit, base, ok, detail or f"tol {tolerance:g}"))
+
+    at_least("accuracy", c["accuracy"], bm["accuracy"], tol["accuracy"])
+    at_least("macro_f1", c["macro_f1"], bm["macro_f1"], tol["macro_f1"])
+
+    for label, floor in baseline["class_f1_floors"].items():
+        pc = c["per_class"].get(label)
+        value = pc["f1"] if pc else None
+        ok = value is not None and value >= floor - 1e-12
+        detail = "floor" if pc else "class missing from the report"
+        checks.append(Check(f"f1[{label}]", value, ">=", floor, bm.get("class_f1", {}).get(label), ok, detail))
+
+    ceiling = baseline["ece_ceiling"]
+    checks.append(Check("ece", cal["ece"], "<=", ceiling, bm.get("ece"), cal["ece"] is not None and cal["ece"] <= ceiling + 1e-12,
+                        "ceiling"))
+
+    tau = baseline["threshold"]
+    value, found = _accepted_accuracy_at(report, tau)
+    name = f"accepted_accuracy@{tau:g}"
+    if not found:
+        checks.append(Check(name, None, ">=", None, bm["accepted_accuracy"], False, f"the report has no row for tau {tau:g}"))
+    elif bm["accepted_accuracy"] is None:
+        checks.append(Check(name, value, ">=", None, None, True, "baseline accepted nothing at this tau: not checked"))
+    else:
+        at_least(name, value, bm["accepted_accuracy"], tol["accepted_accuracy"],
+                 f"tol {tol['accepted_accuracy']:g}" + ("" if value is not None else "; nothing accepted"))
+    return checks
+
+
+def gate_passed(checks: list[Check]) -> bool:
+    return all(ch.passed for ch in checks)
+
+
+def gate_notes(report: dict, baseline: dict) -> list[str]:
+    """Differences that do not fail the gate but make the comparison less direct."""
+    notes = []
+    src = baseline.get("source", {})
+    if src.get("data_sha256") and report["data"].get("sha256") and src["data_sha256"] != report["data"]["sha256"]:
+        notes.append(f"the evaluation data differs from the baseline's ({report['data']['source']} vs {src.get('data')})")
+    if src.get("backend") and src["backend"] != report["model"]["backend"]:
+        notes.append(f"backend {report['model']['backend']} vs the baseline's {src['backend']}")
+    if abs(report["threshold"] - baseline["threshold"]) > 1e-9:
+        notes.append(f"the report's tau is {report['threshold']:g}, the baseline's {baseline['threshold']:g}")
+    return notes

@@ -1,0 +1,145 @@
+"""The Markdown report for people, rendered from the report dict."""
+
+from __future__ import annotations
+
+from eval.plots import PLOT_FILES
+
+MAX_ROWS = 50
+
+
+def _f(x, nd: int = 4) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:.{nd}f}"
+    return str(x)
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _cell(text: str, limit: int = 120) -> str:
+    t = " ".join(str(text).split())
+    t = t if len(t) <= limit else t[: limit - 1] + "…"
+    return (t or "(blank)").replace("|", "\\|")
+
+
+def _numeric(cell) -> bool:
+    t = str(cell).strip("*%").replace(" / ", "").replace(" msg/s", "").replace("-", "").replace(".", "").replace(" ", "")
+    return t == "" or t.isdigit()
+
+
+def _table(header: list[str], rows: list[list]) -> list[str]:
+    """A Markdown table; columns whose cells are all numbers are right-aligned."""
+    right = [bool(rows) and all(_numeric(r[i]) for r in rows) for i in range(len(header))]
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" if r else "---" for r in right) + "|"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return out + [""]
+
+
+def render_markdown(report: dict, plots: bool = True) -> str:
+    m, d, c, cal = report["model"], report["data"], report["classification"], report["calibration"]
+    th = report["thresholds"]
+    at = th["at_tau"]
+    tau = report["threshold"]
+    lines = [
+        f"# Evaluation: {m.get('name') or m['model_id']}",
+        "",
+        f"- model: `{m['model_id']}` ({m['backend']}{', ' + m['variant'] if m.get('variant') else ''}), path `{m.get('path')}`",
+        f"- data: `{d['source']}` ({d['format']}{', split ' + d['split'] if d.get('split') else ''}), {d['n']} messages"
+        + (f", {len(d['skipped'])} invalid row(s) skipped" if d.get("skipped") else ""),
+        f"- threshold tau: {tau:g}",
+        f"- created: {report['created_at']}, schema version {report['schema_version']}",
+        "",
+        "## Summary",
+        "",
+    ]
+    summary = [
+        ["accuracy", _f(c["accuracy"])],
+        ["macro-F1", _f(c["macro_f1"])],
+        ["ECE", _f(cal["ece"])],
+        ["NLL", _f(cal["nll"])],
+        ["Brier", _f(cal["brier"])],
+        [f"accepted at tau {tau:g}", _pct(at["accepted_share"])],
+        [f"accuracy of accepted at tau {tau:g}", _f(at["accepted_accuracy"])],
+        [f"sent to verifier at tau {tau:g}", _pct(at["to_verifier_share"])],
+    ]
+    if report.get("oos"):
+        summary.append([f"out-of-scope recall (below tau, n={report['oos']['n']})", _pct(report["oos"]["recall"])])
+    lat = report.get("latency")
+    if lat:
+        s = lat["single"]
+        summary.append(["latency p50 / p95 / p99 (ms, one message)", f"{_f(s['p50_ms'], 2)} / {_f(s['p95_ms'], 2)} / {_f(s['p99_ms'], 2)}"])
+        summary.append([f"throughput (batch {lat['batch']['batch_size']})", f"{_f(lat['batch']['messages_per_second'], 1)} msg/s"])
+    lines += _table(["metric", "value"], summary)
+
+    lines += ["## Per class", ""]
+    lines += _table(["label", "precision", "recall", "F1", "support"],
+                    [[l, _f(v["precision"]), _f(v["recall"]), _f(v["f1"]), v["support"]] for l, v in c["per_class"].items()])
+
+    cm = c["confusion_matrix"]
+    lines += ["## Confusion matrix", "", "Rows: true label; columns: predicted.", ""]
+    lines += _table(["true \\ predicted", *cm["labels"]], [[l, *row] for l, row in zip(cm["labels"], cm["matrix"])])
+    if plots:
+        lines += [f"![confusion matrix]({PLOT_FILES['confusion_matrix']})", ""]
+
+    lines += ["## Calibration", "", f"ECE {_f(cal['ece'])} over {cal['n_bins']} equal-width bins, NLL {_f(cal['nll'])}, Brier {_f(cal['brier'])}.", ""]
+    lines += _table(["confidence bin", "messages", "mean confidence", "accuracy"],
+                    [[f"{b['lower']:.2f}-{b['upper']:.2f}", b["count"], _f(b["confidence"]), _f(b["accuracy"])] for b in cal["bins"] if b["count"]])
+    if plots:
+        lines += [f"![reliability diagram]({PLOT_FILES['reliability']})", ""]
+
+    lines += ["## Threshold sweep", "", "Accepted: confidence >= tau; the rest go to the verifier (or the fallback).", ""]
+    has_oos = any(r.get("oos_recall") is not None for r in th["sweep"])
+    header = ["tau", "accepted", "accuracy of accepted", "to verifier"] + (["out-of-scope recall"] if has_oos else [])
+    rows = []
+    for r in th["sweep"]:
+        tau_cell = f"**{r['tau']:g}**" if abs(r["tau"] - tau) < 1e-9 else f"{r['tau']:g}"
+        row = [tau_cell, _pct(r["accepted_share"]), _f(r["accepted_accuracy"]), _pct(r["to_verifier_share"])]
+        rows.append(row + ([_pct(r["oos_recall"])] if has_oos else []))
+    lines += _table(header, rows)
+    if plots:
+        lines += [f"![threshold curve]({PLOT_FILES['thresholds']})", ""]
+
+    o = report.get("oos")
+    if o:
+        lines += ["## Out of scope", "",
+                  f"`{o['source']}`: {o['n']} messages. Below tau {tau:g}: {_pct(o['recall'])} "
+                  f"(mean confidence {_f(o['mean_confidence'])}). With the router's guardrail "
+                  f"({_pct(o.get('guardrail_share'))} stopped before the classifier): {_pct(o.get('router_recall'))} not accepted.", ""]
+        if o["accepted_examples"]:
+            lines += ["Accepted as an intent (most confident first):", ""]
+            lines += _table(["row", "text", "predicted", "confidence"],
+                            [[e["row"], _cell(e["text"]), e["predicted"], _f(e["confidence"])] for e in o["accepted_examples"]])
+
+    v = report.get("verifier")
+    if v:
+        lines += ["## Verifier lift", "",
+                  f"Verifier `{v['verifier']}` on the {v['n_verified']} of {v['n_below']} messages below tau {v['tau']:g}.", ""]
+        lines += _table(["", "value"], [
+            ["classifier alone: accuracy", _f(v["classifier_accuracy"])],
+            ["with verifier: accuracy (failures count wrong)", _f(v["verifier_accuracy"])],
+            ["lift", _f(v["lift"])],
+            ["verifier answered / failed", f"{v['answered']} / {v['failed']}"],
+            ["accuracy of verifier answers", _f(v["verifier_accuracy_answered"])],
+            ["end-to-end accuracy (accepted + verified)", _f(v["end_to_end_accuracy"])],
+            ["verifier latency p50 / p95 (ms)", f"{_f(v['latency']['p50_ms'], 1)} / {_f(v['latency']['p95_ms'], 1)}"],
+        ])
+
+    lat = report.get("latency")
+    if lat:
+        s, b = lat["single"], lat["batch"]
+        lines += ["## Latency", "",
+                  f"One message at a time, {s['n']} messages: p50 {_f(s['p50_ms'], 3)} ms, p95 {_f(s['p95_ms'], 3)} ms, "
+                  f"p99 {_f(s['p99_ms'], 3)} ms, max {_f(s['max_ms'], 3)} ms. Batches of {b['batch_size']}: "
+                  f"{_f(b['messages_per_second'], 1)} messages/s. ({report['environment']['cpus']} CPUs, {report['environment']['platform']})", ""]
+
+    mis = report["misclassified"]
+    lines += ["## Misclassified", "", f"{len(mis)} of {d['n']} messages; most confident first"
+              + (f" (first {MAX_ROWS} shown; all in eval.json)" if len(mis) > MAX_ROWS else "") + ".", ""]
+    if mis:
+        lines += _table(["where", "text", "label", "predicted", "confidence", "p(label)", "accepted"],
+                        [[e.get("where") or e["row"], _cell(e["text"]), e["label"], e["predicted"], _f(e["confidence"]),
+                          _f(e["label_probability"]), "yes" if e["accepted"] else "no"] for e in mis[:MAX_ROWS]])
+    return "\n".join(lines).rstrip() + "\n"

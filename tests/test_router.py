@@ -1,0 +1,255 @@
+"""Router behaviour: skills, RBAC, threshold, fallback, guardrail, threads, and no torch at runtime."""
+
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from router.classifier import Classification, Classifier
+from router.config import RouterConfig
+from router.decision import Decision, decision_json_schema
+from router.routing import Router
+from router.verifier import VerifierError, VerifierResult
+from tests.conftest import ROOT, SHIPPED, VAGUE, below_threshold
+
+
+@pytest.fixture(scope="module")
+def tiny_router(tiny_exported):
+    model_dir, _ = tiny_exported
+    return Router.load(model_dir)
+
+
+class FixedVerifier:
+    """A verifier that always answers the same intent: stands in for an LLM where the LLM is not under test."""
+
+    def __init__(self, intent, reason_code="fresh_request"):
+        self.intent, self.reason_code, self.calls = intent, reason_code, 0
+
+    def verify(self, text, classification, previous=None):
+        self.calls += 1
+        return VerifierResult(intent=self.intent, reason_code=self.reason_code)
+
+
+class FailingVerifier:
+    def __init__(self, exc):
+        self.exc, self.calls = exc, 0
+
+    def verify(self, text, classification, previous=None):
+        self.calls += 1
+        raise self.exc
+
+
+# ------------------------------------------------------------------ design-record cases (shipped model)
+def test_search_gives_retrieval_and_reflection(shipped_router):
+    d = shipped_router.route("pull up the travel expense policy for international trips", role="admin")
+    assert (d.intent.value, d.source) == ("SEARCH", "classifier")
+    assert d.confidence >= 0.75
+    assert d.skills.required == ["retrieval"] and d.skills.optional == ["reflection"]
+    assert d.context_budget == 2000 and d.servable and not d.requires_confirmation
+
+
+def test_planning_gives_planner_retrieval_synthesis(shipped_router):
+    d = shipped_router.route("draft a rollout plan with milestones for moving our payroll to the new provider by march",
+                             role="analyst")
+    assert d.intent.value == "PLANNING" and d.source == "classifier"
+    assert sorted(d.skills.required) == ["planner", "retrieval", "synthesis"]
+    assert d.context_budget == 3500 and d.servable
+
+
+def test_viewer_never_gets_action(shipped_router):
+    d = shipped_router.route("restart the indexing service on prod now please", role="viewer")
+    assert d.intent.value == "ACTION"
+    assert "action" not in d.skills.all
+    denied = {x.skill: x for x in d.denied}
+    assert denied["action"].required and "viewer" in denied["action"].reason
+    assert not d.servable and "cannot be served as classified" in d.message
+    assert not d.requires_confirmation
+
+
+def test_admin_action_requires_confirmation(shipped_router):
+    d = shipped_router.route("restart the indexing service on prod now please", role="admin")
+    assert d.intent.value == "ACTION" and d.skills.required == ["action"] and d.requires_confirmation
+
+
+def test_below_threshold_without_verifier_gives_retrieval_and_synthesis(tiny_exported):
+    model_dir, _ = tiny_exported
+    r = Router.load(model_dir, threshold=1.0)
+    text = below_threshold(r)
+    d = r.route(text, role="analyst")
+    assert (d.source, d.reason_code.value, d.intent) == ("fallback", "no_verifier", None)
+    assert d.skills.required == ["retrieval", "synthesis"] and d.skills.optional == []
+    assert d.context_budget == 3000
+    d = r.route(text, role="admin")
+    assert d.skills.required == ["retrieval", "synthesis"] and d.skills.optional == ["reflection"]
+
+
+# ------------------------------------------------------------------------------------ fail closed
+def test_unknown_role_gets_nothing(tiny_router):
+    d = tiny_router.route("find the expense policy", role="superuser")
+    assert d.skills.all == []
+    assert d.denied and all("unknown role 'superuser'" in x.reason for x in d.denied)
+    assert not d.servable
+
+
+def test_skill_missing_from_registry_is_denied(tiny_exported):
+    model_dir, _ = tiny_exported
+    cfg = RouterConfig.load()
+    cfg.intents["SEARCH"].optional = ["reflection", "web_browse"]
+    cfg.intents["ACTION"].optional = ["reflection", "web_browse"]
+    cfg.intents["REASONING"].optional = ["web_browse"]
+    r = Router.load(model_dir, config=cfg, threshold=1.0)
+    d = r.route(below_threshold(r), role="admin")
+    denied = {x.skill: x.reason for x in d.denied}
+    assert "web_browse" in denied and "not in the skill registry" in denied["web_browse"]
+    assert "web_browse" not in d.skills.all and d.servable  # optional denial keeps it servable
+
+
+def test_role_missing_permission_is_denied(tiny_exported):
+    model_dir, _ = tiny_exported
+    cfg = RouterConfig.load()
+    cfg.roles["viewer"].permissions = []  # skill listed, permission not held
+    r = Router.load(model_dir, config=cfg, threshold=1.0)
+    d = r.route(below_threshold(r), role="viewer")
+    reasons = {x.skill: x.reason for x in d.denied}
+    assert "lacks permission(s) read_documents" in reasons["retrieval"]
+
+
+def test_threshold_out_of_range_is_rejected(tiny_exported):
+    model_dir, _ = tiny_exported
+    for bad in (0.0, -0.1, 1.01):
+        with pytest.raises(ValueError, match="threshold"):
+            Router.load(model_dir, threshold=bad)
+
+
+def test_config_file_threshold_validation(tmp_path):
+    text = (Path(ROOT) / "router" / "config" / "default.yaml").read_text().replace("threshold: 0.75", "threshold: 0")
+    p = tmp_path / "cfg.yaml"
+    p.write_text(text)
+    with pytest.raises(ValueError, match="threshold"):
+        RouterConfig.load(p)
+
+
+# ------------------------------------------------------------------------------- verifier paths
+def test_confident_message_skips_verifier(tiny_exported):
+    model_dir, _ = tiny_exported
+    v = FixedVerifier("MEMORY")
+    r = Router.load(model_dir, verifier=v, threshold=0.01)
+    d = r.route("find the expense policy", role="admin")
+    assert d.source == "classifier" and v.calls == 0
+
+
+def test_verifier_intent_is_used_below_threshold(tiny_exported):
+    model_dir, _ = tiny_exported
+    r = Router.load(model_dir, verifier=FixedVerifier("MEMORY"), threshold=1.0)
+    d = r.route(below_threshold(r), role="researcher")
+    assert (d.intent.value, d.source, d.reason_code.value) == ("MEMORY", "verifier", "verified")
+    assert d.skills.required == ["memory"]
+    assert [s.stage for s in d.trace] == ["guardrail", "classifier", "threshold", "verifier", "rbac"]
+
+
+@pytest.mark.parametrize("exc,reason", [
+    (VerifierError("boom", status="timeout"), "verifier_failed"),
+    (RuntimeError("a custom verifier crashed"), "verifier_failed"),
+])
+def test_verifier_failure_falls_back(tiny_exported, exc, reason):
+    model_dir, _ = tiny_exported
+    r = Router.load(model_dir, verifier=FailingVerifier(exc), threshold=1.0)
+    d = r.route(below_threshold(r), role="analyst")
+    assert (d.source, d.reason_code.value, d.intent) == ("fallback", reason, None)
+    assert d.skills.required == ["retrieval", "synthesis"]
+    assert any(s.stage == "verifier" and s.status in ("timeout", "error") for s in d.trace)
+
+
+def test_follow_up_keeps_previous_intent(tiny_exported):
+    model_dir, _ = tiny_exported
+    r = Router.load(model_dir, verifier=FixedVerifier("SEARCH", "same_domain_follow_up"), threshold=1.0)
+    p = Router.load(model_dir, verifier=FixedVerifier("PLANNING"), threshold=1.0)
+    prev = p.route(below_threshold(p), "admin")
+    assert prev.intent.value == "PLANNING"
+    d = r.route(below_threshold(r, "and for next week?", *VAGUE), role="admin", previous=prev)
+    assert (d.intent.value, d.reason_code.value) == ("PLANNING", "follow_up_kept_previous")
+
+
+# -------------------------------------------------------------------------------------- guardrail
+@pytest.mark.parametrize("text", ["", "   \n\t", "???", "...!!", "👍👍", "🙂", "asdfgh", "jjjjjjj", "xqzvbn"])
+def test_low_signal_never_reaches_verifier(tiny_exported, text):
+    model_dir, _ = tiny_exported
+    v = FixedVerifier("ACTION")
+    d = Router.load(model_dir, verifier=v, threshold=1.0).route(text, role="admin")
+    assert (d.source, d.reason_code.value, d.intent) == ("guardrail", "low_signal", None)
+    assert d.skills.all == [] and v.calls == 0
+
+
+@pytest.mark.parametrize("text", ["k8s", "INC0012345", "restart nginx", "ok", "strengths and weaknesses"])
+def test_real_short_messages_pass_the_guardrail(tiny_router, text):
+    assert tiny_router.route(text, role="admin").source != "guardrail"
+
+
+def test_non_string_input_is_a_clear_error(tiny_router):
+    with pytest.raises(TypeError, match="expected str"):
+        tiny_router.route_batch(["fine", 42], role="admin")
+    with pytest.raises(TypeError, match="expected str"):
+        tiny_router.route(None, role="admin")
+    with pytest.raises(TypeError, match="role"):
+        tiny_router.route("hello there", role=None)
+
+
+def test_overlong_input_is_truncated_and_flagged(tiny_router):
+    text = "please find the expense policy " * 2000
+    d = tiny_router.route(text, role="admin")
+    assert d.input.chars == len(text)
+    assert d.input.truncated_chars and d.input.truncated_tokens
+    assert d.intent is not None or d.source == "fallback"
+
+
+# ------------------------------------------------------------------------------- batch and threads
+def test_batch_matches_single_messages(tiny_router):
+    texts = ["find the expense policy", "restart the staging cluster", "", "what did i tell you earlier",
+             "compare the two vendor proposals for the new crm system in detail please"]
+    batch = tiny_router.route_batch(texts, role="admin")
+    for text, b in zip(texts, batch):
+        s = tiny_router.route(text, role="admin")
+        assert (b.intent, b.source, b.skills) == (s.intent, s.source, s.skills)
+        if s.confidence is not None:
+            assert b.confidence == pytest.approx(s.confidence, abs=1e-4)
+
+
+def test_many_threads_give_the_same_answers_as_one(tiny_router):
+    texts = [l for l in (Path(__file__).parent / "fixtures" / "tiny" / "train.jsonl").read_text().splitlines()]
+    texts = [json.loads(l)["text"] for l in texts] * 5
+    expected = [(d.intent, round(d.confidence, 4)) for d in (tiny_router.route(t, "admin") for t in texts)]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        got = list(pool.map(lambda t: tiny_router.route(t, "admin"), texts))
+    assert [(d.intent, round(d.confidence, 4)) for d in got] == expected
+
+
+# ------------------------------------------------------------------------------ decision contract
+def test_decision_fields_and_committed_schema(tiny_router):
+    d = tiny_router.route("find the expense policy", role="viewer")
+    data = json.loads(d.model_dump_json())
+    for key in ("intent", "confidence", "ranking", "source", "reason_code", "skills", "denied", "requires_confirmation",
+                "context_budget", "threshold", "model_id", "latency", "trace"):
+        assert key in data
+    assert set(data["latency"]) == {"tokenize_ms", "inference_ms", "verifier_ms", "total_ms"}
+    assert len(data["ranking"]) == 5 and abs(sum(r["probability"] for r in data["ranking"]) - 1) < 1e-4
+    assert Decision.model_validate(data) == d
+    committed = json.loads((ROOT / "router" / "schema" / "decision.schema.json").read_text())
+    assert committed == decision_json_schema(), "run 'intent-router schema' after changing Decision"
+
+
+def test_runtime_does_not_import_torch_setfit_or_sklearn():
+    code = (
+        "import sys\n"
+        "from router import Router\n"
+        f"r = Router.load({str(SHIPPED)!r})\n"
+        "d = r.route('find the travel policy', role='viewer')\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'setfit', 'sklearn', 'transformers', 'sentence_transformers', 'training'))\n"
+        "print(d.intent.value, bad)\n"
+        "assert not bad, bad\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("SEARCH")
