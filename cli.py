@@ -19,7 +19,7 @@ app = typer.Typer(help="Train, export, evaluate and run the five-intent router."
 data_app = typer.Typer(help="Corpus tools.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
 
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 140)
 err_console = Console(stderr=True)
 
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent / "models" / "intent-minilm"
@@ -403,6 +403,88 @@ def gate(
     failed = [ch.name for ch in checks if not ch.passed]
     console.print("[green]gate passed[/]" if passed else f"[bold red]gate failed:[/] {', '.join(failed)}")
     raise typer.Exit(0 if passed else 1)
+
+
+# ------------------------------------------------------------------------------------ bench
+bench_app = typer.Typer(help="Benchmarks: public intent datasets.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command("speed")
+def bench_speed(
+    model: Path = typer.Option(DEFAULT_MODEL_DIR, help="Model directory (its checkpoint/ enables the PyTorch row)."),
+    data: Path = typer.Option(Path("data/test.jsonl"), help="JSONL messages to time."),
+    limit: int = typer.Option(500, help="How many messages."),
+    torch: bool = typer.Option(True, "--torch/--no-torch", help="Include SetFit PyTorch predict_proba."),
+    batch_size: int = typer.Option(64),
+    threads: Optional[int] = typer.Option(None, help="onnxruntime intra-op threads (default: all cores)."),
+    out: Optional[Path] = typer.Option(None, help="Also write the results as JSON."),
+) -> None:
+    """Latency, throughput, load time and memory: ONNX int8 and fp32 routers beside SetFit PyTorch."""
+    from eval.bench_speed import run_speed_benchmark
+    from training.corpus import load_examples
+
+    texts = [e.text for e in load_examples(data)][:limit]
+    res = run_speed_benchmark(model, texts, include_torch=torch, batch_size=batch_size, threads=threads,
+                              report=lambda m: console.print(f"[dim]{m}[/]"))
+    t = Table(title=f"{res['model']}: {res['messages']} messages, {res['machine']['cpus']} CPUs")
+    for c in ("backend", "load s", "p50 ms", "p95 ms", "p99 ms", "batch msg/s", "RSS +MB", "p50 speed-up", "tput ratio"):
+        t.add_column(c, justify="right" if c != "backend" else "left")
+    for r in res["rows"]:
+        t.add_row(r["name"], f"{r['load_s']:.2f}", f"{r['p50_ms']:.2f}", f"{r['p95_ms']:.2f}", f"{r['p99_ms']:.2f}",
+                  f"{r['batch_msgs_per_s']:.0f}", f"{r['rss_added_mb']:.0f}",
+                  f"{r['speedup_p50_vs_setfit']:.1f}x" if "speedup_p50_vs_setfit" in r else "-",
+                  f"{r['throughput_vs_setfit']:.1f}x" if "throughput_vs_setfit" in r else "-")
+    console.print(t)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")
+        console.print(f"wrote {out}")
+
+
+
+@bench_app.command("dataset")
+def bench_dataset(
+    name: Annotated[str, typer.Option(help="Benchmark: clinc150 or banking77.")],
+    path: Annotated[Path, typer.Option(help="CLINC150: data_full.json or its folder. BANKING77: folder with train.csv and test.csv.")],
+    shots: Annotated[Optional[int], typer.Option(help="Training rows per class, sampled per seed (0 or omitted: full train split).")] = None,
+    seeds: Annotated[int, typer.Option(help="Number of seeds (0..n-1); each draws its own k-shot sample and trains a model.")] = 3,
+    max_steps: Annotated[Optional[int], typer.Option(help="Contrastive steps per seed (default: the training default, 400).")] = None,
+    batch_size: Annotated[Optional[int], typer.Option(help="Pairs per contrastive step (default 32).")] = None,
+    base_model: Annotated[Optional[str], typer.Option(help="Sentence-transformers folder or hub name (default: packaged all-MiniLM-L6-v2).")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Write the results JSON here (also after each seed).")] = None,
+) -> dict:
+    """Train on a public benchmark (k-shot or full) per seed; report test accuracy mean ± std, and out-of-scope recall for CLINC150."""
+    from training.benchmarks import BENCHMARKS, BenchmarkDataError, format_summary, run_benchmark
+
+    if name not in BENCHMARKS:
+        raise _fail(f"--name must be one of {', '.join(BENCHMARKS)}", code=2)
+    if shots is not None and shots < 0 or seeds < 1:
+        raise _fail("--shots must be >= 0 and --seeds >= 1", code=2)
+    command = " ".join(["intent-router", *sys.argv[1:]]) if sys.argv[1:2] == ["bench"] else None
+
+    def save(result: dict) -> None:
+        if out:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps({"command": command, **result}, indent=2) + "\n", encoding="utf-8")
+
+    try:
+        result = run_benchmark(name, path, shots=shots, seeds=seeds, max_steps=max_steps, batch_size=batch_size,
+                               base_model=base_model, report=lambda m: console.print(f"[dim]{m}[/]", highlight=False),
+                               on_seed=save)
+    except (BenchmarkDataError, ValueError, FileNotFoundError, RuntimeError) as e:
+        raise _fail(str(e))
+    save(result)
+    t = Table(title=f"{name} {f'{shots}-shot' if shots else 'full data'}, {seeds} seed(s), "
+                    f"{result['hyperparameters']['max_steps']} steps x {result['hyperparameters']['batch_size']} pairs")
+    t.add_column("metric")
+    t.add_column("mean ± std (min-max)", justify="right")
+    for row in format_summary(result):
+        t.add_row(*row)
+    console.print(t)
+    if out:
+        console.print(f"results written to [bold]{out}[/]")
+    return result
 
 
 def main() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -26,13 +26,6 @@ class Classification:
     num_tokens: int = 0
 
 
-@dataclass
-class _Batch:
-    input_ids: np.ndarray
-    attention_mask: np.ndarray
-    truncated: list[bool] = field(default_factory=list)
-
-
 class Classifier:
     """Loads ``manifest.json``, the tokenizer and one ONNX graph, checking every file's sha256.
 
@@ -48,8 +41,10 @@ class Classifier:
         manifest: Manifest | None = None,
         intra_op_threads: int | None = None,
         require_parity: bool = True,
+        max_batch: int = 32,
     ) -> None:
         self.model_dir = Path(model_dir)
+        self.max_batch = max(1, int(max_batch))
         self.manifest = manifest or load_manifest(self.model_dir)
         export = self.manifest.export
         if export is None:
@@ -84,27 +79,33 @@ class Classifier:
     def model_id(self) -> str:
         return f"{self.manifest.model_id}/{self.variant}"
 
-    # ----------------------------------------------------------------------------------- encode
-    def _encode(self, texts: Sequence[str]) -> _Batch:
+    # ------------------------------------------------------------------------------------- run
+    def _run(self, texts: Sequence[str]) -> tuple[np.ndarray, list, float, float]:
+        """Tokenize, then run the graph in length-sorted chunks so padding stays short; rows come back
+        in input order. Returns (probabilities, encodings, tokenize seconds, inference seconds)."""
+        t0 = time.perf_counter()
         encs = self.tokenizer.encode_batch(list(texts)) if len(texts) > 1 else [self.tokenizer.encode(texts[0])]
-        width = max(len(e.ids) for e in encs)
-        ids = np.zeros((len(encs), width), dtype=np.int64)
-        mask = np.zeros((len(encs), width), dtype=np.int64)
-        truncated = []
-        for i, e in enumerate(encs):
-            n = len(e.ids)
-            ids[i, :n] = e.ids
-            mask[i, :n] = e.attention_mask
-            truncated.append(bool(e.overflowing))
-        return _Batch(ids, mask, truncated)
+        t1 = time.perf_counter()
+        order = sorted(range(len(encs)), key=lambda i: len(encs[i].ids))
+        probs = np.empty((len(encs), len(self.labels)), dtype=np.float32)
+        for start in range(0, len(order), self.max_batch):
+            idx = order[start:start + self.max_batch]
+            width = len(encs[idx[-1]].ids)
+            ids = np.zeros((len(idx), width), dtype=np.int64)
+            mask = np.zeros((len(idx), width), dtype=np.int64)
+            for row, i in enumerate(idx):
+                n = len(encs[i].ids)
+                ids[row, :n] = encs[i].ids
+                mask[row, :n] = encs[i].attention_mask
+            probs[idx] = self.session.run([self._output], {"input_ids": ids, "attention_mask": mask})[0]
+        return probs, encs, t1 - t0, time.perf_counter() - t1
 
     def predict_proba(self, texts: Sequence[str]) -> np.ndarray:
         """Calibrated probabilities, shape (n, labels), columns in ``self.labels`` order."""
         _check_texts(texts)
         if not texts:
             return np.zeros((0, len(self.labels)), dtype=np.float32)
-        b = self._encode(texts)
-        return self.session.run([self._output], {"input_ids": b.input_ids, "attention_mask": b.attention_mask})[0]
+        return self._run(texts)[0]
 
     # --------------------------------------------------------------------------------- classify
     def classify(self, text: str) -> Classification:
@@ -114,19 +115,15 @@ class Classifier:
         _check_texts(texts)
         if not texts:
             return []
-        t0 = time.perf_counter()
-        b = self._encode(texts)
-        t1 = time.perf_counter()
-        probs = self.session.run([self._output], {"input_ids": b.input_ids, "attention_mask": b.attention_mask})[0]
-        t2 = time.perf_counter()
-        tok_ms, inf_ms = (t1 - t0) * 1000 / len(texts), (t2 - t1) * 1000 / len(texts)
+        probs, encs, tok_s, inf_s = self._run(texts)
+        tok_ms, inf_ms = tok_s * 1000 / len(texts), inf_s * 1000 / len(texts)
         out = []
-        for i, row in enumerate(probs):
+        for row, enc in zip(probs, encs):
             order = np.argsort(-row)
             ranking = [(self.labels[j], float(row[j])) for j in order]
             out.append(Classification(
                 label=ranking[0][0], confidence=ranking[0][1], ranking=ranking, tokenize_ms=tok_ms,
-                inference_ms=inf_ms, truncated=b.truncated[i], num_tokens=int(b.attention_mask[i].sum()),
+                inference_ms=inf_ms, truncated=bool(enc.overflowing), num_tokens=len(enc.ids),
             ))
         return out
 

@@ -12,6 +12,7 @@ import platform
 import random
 import tempfile
 import time
+import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Sequence
@@ -83,6 +84,7 @@ def quiet_libraries() -> None:
     from transformers.utils import logging as hf_logging
 
     setfit_logging.set_verbosity_error()
+    warnings.filterwarnings("ignore", message=".*pin_memory.*")
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     datasets.disable_progress_bars()
@@ -127,22 +129,19 @@ def _progress_callback(progress, task, report: Reporter, batch_size: int):
     return RichProgress()
 
 
-def train(config: TrainConfig, out_dir: str | Path, report: Reporter = print, show_progress: bool = True) -> Manifest:
-    """Train, calibrate and evaluate; write the checkpoint and manifest to ``out_dir``."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    out_dir = Path(out_dir)
-    t_start = time.perf_counter()
+def fit_setfit(texts: Sequence[str], labels: Sequence[str], config: TrainConfig, report: Reporter = print,
+               show_progress: bool = True) -> tuple:
+    """Fit a SetFit model on in-memory rows with ``config``'s hyperparameters (its file fields are not read):
+    contrastive body fine-tuning, then the logistic head. Returns ``(model, {"contrastive": s, "head": s})``.
 
-    train_rows = load_examples(config.train_file)
-    dev_rows = load_examples(config.dev_file)
-    test_rows = load_examples(config.test_file) if config.test_file else []
-    labels_in_data = sorted({e.label for e in train_rows})
+    Used by ``train`` (the five-intent corpus) and ``training.benchmarks`` (public benchmarks)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    texts, labels = list(texts), list(labels)
+    if len(texts) != len(labels):
+        raise ValueError(f"{len(texts)} texts but {len(labels)} labels")
+    labels_in_data = sorted(set(labels))
     if len(labels_in_data) < 2:
-        raise ValueError(f"{config.train_file}: need at least two labels to train, found {labels_in_data}")
-    for name, rows in (("dev", dev_rows), ("test", test_rows)):
-        unseen = sorted({e.label for e in rows} - set(labels_in_data))
-        if unseen:
-            raise ValueError(f"{name} file has labels the training data lacks: {unseen}")
+        raise ValueError(f"need at least two labels to train, found {labels_in_data}")
 
     from datasets import Dataset
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -158,7 +157,7 @@ def train(config: TrainConfig, out_dir: str | Path, report: Reporter = print, sh
     )
     model.model_body.max_seq_length = config.max_seq_length
 
-    ds = Dataset.from_dict({"text": [e.text for e in train_rows], "label": [e.label for e in train_rows]})
+    ds = Dataset.from_dict({"text": texts, "label": labels})
     with tempfile.TemporaryDirectory(prefix="setfit-") as tmp:
         args = TrainingArguments(
             output_dir=tmp,
@@ -182,9 +181,10 @@ def train(config: TrainConfig, out_dir: str | Path, report: Reporter = print, sh
         ) as progress:
             task = progress.add_task("train", total=None)
             trainer = Trainer(model=model, args=args, train_dataset=ds, callbacks=[_progress_callback(progress, task, report, config.batch_size)])
-            from transformers.trainer_callback import ProgressCallback
+            from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-            trainer.st_trainer.remove_callback(ProgressCallback)  # rich bar instead of tqdm
+            trainer.st_trainer.remove_callback(ProgressCallback)  # rich bar / our lines instead of tqdm
+            trainer.st_trainer.remove_callback(PrinterCallback)
             t0 = time.perf_counter()
             trainer.train_embeddings(*trainer.dataset_to_parameters(ds), args=args)
             body_seconds = time.perf_counter() - t0
@@ -193,6 +193,28 @@ def train(config: TrainConfig, out_dir: str | Path, report: Reporter = print, sh
         trainer.train_classifier(*trainer.dataset_to_parameters(ds), args=args)
         head_seconds = time.perf_counter() - t0
     report(f"head fitted: {head_seconds:.1f}s")
+    return model, {"contrastive": body_seconds, "head": head_seconds}
+
+
+def train(config: TrainConfig, out_dir: str | Path, report: Reporter = print, show_progress: bool = True) -> Manifest:
+    """Train, calibrate and evaluate; write the checkpoint and manifest to ``out_dir``."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    out_dir = Path(out_dir)
+    t_start = time.perf_counter()
+
+    train_rows = load_examples(config.train_file)
+    dev_rows = load_examples(config.dev_file)
+    test_rows = load_examples(config.test_file) if config.test_file else []
+    labels_in_data = sorted({e.label for e in train_rows})
+    if len(labels_in_data) < 2:
+        raise ValueError(f"{config.train_file}: need at least two labels to train, found {labels_in_data}")
+    for name, rows in (("dev", dev_rows), ("test", test_rows)):
+        unseen = sorted({e.label for e in rows} - set(labels_in_data))
+        if unseen:
+            raise ValueError(f"{name} file has labels the training data lacks: {unseen}")
+
+    model, seconds = fit_setfit([e.text for e in train_rows], [e.label for e in train_rows], config, report, show_progress)
+    body_seconds, head_seconds = seconds["contrastive"], seconds["head"]
 
     labels = head_labels(model)
     t0 = time.perf_counter()

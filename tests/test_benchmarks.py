@@ -1,0 +1,111 @@
+"""Benchmark readers, k-shot sampling and the runner, on tiny fixture files (never on ../shared)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.conftest import FIXTURES
+from training.benchmarks import (
+    BenchmarkDataError, Split, at_tau, choose_threshold, k_shot, read_banking77, read_benchmark, read_clinc150,
+)
+
+BENCH = FIXTURES / "benchmarks"
+CLINC = BENCH / "clinc150"
+BANKING = BENCH / "banking77"
+
+
+def test_read_clinc150_splits_and_oos():
+    for path in (CLINC, CLINC / "data_full.json"):  # the folder or the file itself
+        s = read_clinc150(path)
+        assert set(s) == {"train", "val", "test", "oos_train", "oos_val", "oos_test"}
+        assert {k: len(v) for k, v in s.items()} == {"train": 12, "val": 6, "test": 6, "oos_train": 2, "oos_val": 2, "oos_test": 3}
+        assert s["train"].classes == ["alarm", "play_music", "weather"]
+        assert s["train"].texts[0] == "what's the weather like today" and s["train"].labels[0] == "weather"
+        assert set(s["oos_test"].labels) == {"oos"}
+
+
+def test_read_clinc150_errors(tmp_path):
+    with pytest.raises(BenchmarkDataError, match="not found"):
+        read_clinc150(tmp_path)
+    bad = tmp_path / "data_full.json"
+    bad.write_text(json.dumps({"train": [], "val": [], "test": []}))
+    with pytest.raises(BenchmarkDataError, match="missing key"):
+        read_clinc150(bad)
+    bad.write_text(json.dumps({k: [] for k in ("val", "test", "oos_train", "oos_val", "oos_test")} | {"train": [["only text"]]}))
+    with pytest.raises(BenchmarkDataError, match=r"train\[0\]"):
+        read_clinc150(bad)
+
+
+def test_read_banking77_quoted_fields_span_lines():
+    s = read_banking77(BANKING)
+    assert set(s) == {"train", "test"}
+    assert len(s["train"]) == 12 and len(s["test"]) == 6  # a line-based reader would see more rows
+    assert s["train"].classes == ["card_arrival", "exchange_rate", "pin_blocked"]
+    multi = [t for t in s["train"].texts if "\n" in t]
+    assert multi == ["I put the wrong PIN too many times and now it is blocked.\nCan you help me unblock it?"]
+    assert 'it says "blocked"' in s["train"].texts[7]
+    assert s["train"].texts[2] == "My card hasn't come yet, what should I do?"
+    assert s["test"].texts[2] == "My PIN got locked\nafter too many tries" and s["test"].labels[2] == "pin_blocked"
+
+
+def test_read_banking77_errors(tmp_path):
+    with pytest.raises(BenchmarkDataError, match="train.csv"):
+        read_banking77(tmp_path)
+    (tmp_path / "train.csv").write_text("sentence,intent\nhello,greet\n")
+    (tmp_path / "test.csv").write_text("text,category\nhello,greet\n")
+    with pytest.raises(BenchmarkDataError, match="header"):
+        read_banking77(tmp_path)
+    with pytest.raises(ValueError, match="unknown benchmark"):
+        read_benchmark("snips", tmp_path)
+
+
+def test_k_shot_is_deterministic_and_balanced():
+    train = read_clinc150(CLINC)["train"]
+    a, b = k_shot(train, 2, seed=0), k_shot(train, 2, seed=0)
+    assert a.texts == b.texts and a.labels == b.labels
+    assert sorted(a.labels) == sorted(["alarm", "play_music", "weather"] * 2)
+    assert set(a.texts) <= set(train.texts)
+    order = [train.texts.index(t) for t in a.texts]
+    assert order == sorted(order)  # file order kept
+    samples = {tuple(k_shot(train, 2, seed=s).texts) for s in range(6)}
+    assert len(samples) > 1  # seeds change the draw
+    # the draw does not depend on the order of rows in the file
+    rev = Split(train.texts[::-1], train.labels[::-1])
+    assert sorted(k_shot(rev, 4, seed=3).texts) == sorted(train.texts)
+    with pytest.raises(ValueError, match="fewer than k=5"):
+        k_shot(train, 5, seed=0)
+
+
+def test_threshold_is_chosen_on_val_and_applied():
+    conf_in = np.array([0.9, 0.8, 0.7, 0.4])
+    correct = np.array([True, True, False, True])
+    conf_oos = np.array([0.3, 0.5])
+    t = choose_threshold(conf_in, correct, conf_oos)
+    # tau between 0.5 and 0.7 accepts 3 of 4 in-scope (2 of them right) and catches both out-of-scope ones
+    assert 0.5 < t["tau"] < 0.7
+    assert t["val_in_scope_accuracy"] == 0.5 and t["val_oos_recall"] == 1.0
+    r = at_tau(conf_in, correct, conf_oos, t["tau"])
+    assert r == {"in_scope_accuracy": 0.5, "in_scope_accepted_share": 0.75, "oos_recall": 1.0}
+    assert at_tau(conf_in, correct, conf_oos, 0.0)["oos_recall"] == 0.0
+
+
+@pytest.mark.slow
+def test_run_benchmark_tiny_clinc(tmp_path):
+    """Two seeds of 2-shot training for 4 contrastive steps on the fixture (about 20 s on 2 cores)."""
+    from training.benchmarks import format_summary, run_benchmark
+
+    saved = []
+    res = run_benchmark("clinc150", CLINC, shots=2, seeds=2, max_steps=4, batch_size=8, report=lambda _: None,
+                        on_seed=lambda r: saved.append(json.loads(json.dumps(r))))
+    assert res["complete"] and [r["seed"] for r in res["runs"]] == [0, 1]
+    assert len(saved) == 1 and not saved[0]["complete"]  # progress saved after the first seed
+    assert res["hyperparameters"]["max_steps"] == 4 and res["data"]["rows"]["oos_test"] == 3
+    for r in res["runs"]:
+        assert r["train_rows"] == 6 and r["temperature"] > 0
+        assert 0 <= r["test"]["accuracy"] <= 1 and r["test"]["n"] == 6
+        assert 0 <= r["oos"]["test_oos_recall"] <= 1 and r["oos"]["n_test"] == 3
+    s = res["summary"]
+    assert s["accuracy"]["n"] == 2 and s["accuracy"]["min"] <= s["accuracy"]["mean"] <= s["accuracy"]["max"]
+    assert "oos_recall" in s and any(m.startswith("out-of-scope") for m, _ in format_summary(res))
+    json.dumps(res)  # serialisable as is

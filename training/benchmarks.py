@@ -1,0 +1,345 @@
+"""Public intent benchmarks: readers for CLINC150 and BANKING77, k-shot sampling, and a runner that
+trains one SetFit model per seed (the same fitting code as ``training.train``) and reports test
+accuracy as mean and spread over seeds.
+
+File formats (the datasets are not shipped with the project; the user points at their own copy):
+
+* CLINC150: ``data_full.json`` with keys ``train``, ``val``, ``test``, ``oos_train``, ``oos_val``,
+  ``oos_test``; each item is ``[text, label]`` (label ``"oos"`` in the ``oos_*`` keys).
+* BANKING77: ``train.csv`` and ``test.csv`` with header ``text,category``. Some quoted fields span
+  lines, so they are parsed with the ``csv`` module, never line by line.
+
+Protocol (k-shot): sample k training rows per class with a fixed seed, train, evaluate on the whole
+test split; repeat over seeds. A temperature is fitted on val where the dataset has one (CLINC150).
+For CLINC150 the out-of-scope threshold is chosen on val (in-scope val + oos_val) only, then applied
+to test + oos_test: a message is accepted when its top probability is >= tau, and an out-of-scope
+message is caught when it is not accepted.
+"""
+
+from __future__ import annotations
+
+import csv
+import gc
+import json
+import os
+import platform
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+Reporter = Callable[[str], None]
+
+BENCHMARKS = ("clinc150", "banking77")
+CLINC_FILE = "data_full.json"
+CLINC_KEYS = ("train", "val", "test", "oos_train", "oos_val", "oos_test")
+BANKING_FILES = ("train.csv", "test.csv")
+
+
+class BenchmarkDataError(ValueError):
+    """A benchmark file is missing or not in the expected format; the message names the file."""
+
+
+@dataclass
+class Split:
+    texts: list[str]
+    labels: list[str]
+
+    def __post_init__(self) -> None:
+        if len(self.texts) != len(self.labels):
+            raise ValueError(f"{len(self.texts)} texts but {len(self.labels)} labels")
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    @property
+    def classes(self) -> list[str]:
+        return sorted(set(self.labels))
+
+
+# ------------------------------------------------------------------------------------ readers
+def _clinc_file(path: str | Path) -> Path:
+    p = Path(path)
+    p = p / CLINC_FILE if p.is_dir() else p
+    if not p.is_file():
+        raise BenchmarkDataError(f"{p}: CLINC150 file not found (expected {CLINC_FILE} or a folder holding it)")
+    return p
+
+
+def read_clinc150(path: str | Path) -> dict[str, Split]:
+    """Read CLINC150's ``data_full.json`` (or a folder holding it) into train/val/test/oos_train/oos_val/oos_test."""
+    f = _clinc_file(path)
+    try:
+        data = json.loads(f.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise BenchmarkDataError(f"{f}: not valid JSON ({e})") from e
+    if not isinstance(data, dict):
+        raise BenchmarkDataError(f"{f}: expected a JSON object with keys {', '.join(CLINC_KEYS)}")
+    missing = [k for k in CLINC_KEYS if k not in data]
+    if missing:
+        raise BenchmarkDataError(f"{f}: missing key(s) {', '.join(missing)}")
+    out = {}
+    for key in CLINC_KEYS:
+        texts, labels = [], []
+        for i, item in enumerate(data[key]):
+            if not (isinstance(item, (list, tuple)) and len(item) == 2 and all(isinstance(x, str) for x in item)):
+                raise BenchmarkDataError(f"{f}: {key}[{i}] is not a [text, label] pair of strings: {item!r}")
+            text, label = item[0].strip(), item[1].strip()
+            if not text or not label:
+                raise BenchmarkDataError(f"{f}: {key}[{i}] has an empty text or label")
+            texts.append(text)
+            labels.append(label)
+        out[key] = Split(texts, labels)
+    leaked = sorted(set(out["train"].labels) & {"oos"})
+    if leaked:
+        raise BenchmarkDataError(f"{f}: the in-scope train split holds label(s) {leaked}")
+    return out
+
+
+def _read_banking_csv(f: Path) -> Split:
+    if not f.is_file():
+        raise BenchmarkDataError(f"{f}: BANKING77 file not found")
+    texts, labels = [], []
+    with f.open(newline="", encoding="utf-8") as fh:  # newline="": quoted fields may hold line breaks
+        reader = csv.DictReader(fh)
+        fields = [c.strip() for c in (reader.fieldnames or [])]
+        label_col = "category" if "category" in fields else "label" if "label" in fields else None
+        if "text" not in fields or label_col is None:
+            raise BenchmarkDataError(f"{f}: header must have 'text' and 'category' columns, found {fields}")
+        reader.fieldnames = fields
+        for row in reader:
+            text, label = (row.get("text") or "").strip(), (row.get(label_col) or "").strip()
+            if not text or not label:
+                raise BenchmarkDataError(f"{f}: record ending on line {reader.line_num} has an empty text or {label_col}")
+            texts.append(text)
+            labels.append(label)
+    if not texts:
+        raise BenchmarkDataError(f"{f}: no rows")
+    return Split(texts, labels)
+
+
+def read_banking77(path: str | Path) -> dict[str, Split]:
+    """Read BANKING77's ``train.csv`` and ``test.csv`` from a folder into train/test."""
+    p = Path(path)
+    if not p.is_dir():
+        raise BenchmarkDataError(f"{p}: expected the BANKING77 folder holding {' and '.join(BANKING_FILES)}")
+    return {name.split(".")[0]: _read_banking_csv(p / name) for name in BANKING_FILES}
+
+
+def read_benchmark(name: str, path: str | Path) -> dict[str, Split]:
+    if name == "clinc150":
+        return read_clinc150(path)
+    if name == "banking77":
+        return read_banking77(path)
+    raise ValueError(f"unknown benchmark {name!r}; choose one of {', '.join(BENCHMARKS)}")
+
+
+def data_files(name: str, path: str | Path) -> list[Path]:
+    return [_clinc_file(path)] if name == "clinc150" else [Path(path) / n for n in BANKING_FILES]
+
+
+# ---------------------------------------------------------------------------------- sampling
+def k_shot(split: Split, k: int, seed: int) -> Split:
+    """k rows per class, drawn without replacement with a fixed seed; rows keep their file order.
+
+    The same (split, k, seed) always gives the same sample; every class must have at least k rows."""
+    if k < 1:
+        raise ValueError("k must be >= 1")
+    labels = np.asarray(split.labels)
+    rng = np.random.default_rng(seed)
+    chosen = []
+    for c in split.classes:  # sorted: the draw order does not depend on the file's class order
+        idx = np.flatnonzero(labels == c)
+        if len(idx) < k:
+            raise ValueError(f"class {c!r} has {len(idx)} rows, fewer than k={k}")
+        chosen.extend(rng.choice(idx, size=k, replace=False).tolist())
+    chosen.sort()
+    return Split([split.texts[i] for i in chosen], [split.labels[i] for i in chosen])
+
+
+# ------------------------------------------------------------------------------ out-of-scope
+def choose_threshold(conf_in: np.ndarray, correct_in: np.ndarray, conf_oos: np.ndarray) -> dict:
+    """The tau maximising (in-scope accuracy + out-of-scope recall) / 2 on a validation set.
+
+    In-scope accuracy counts a message right only if it is accepted (confidence >= tau) and its
+    arg-max is right; out-of-scope recall is the share of out-of-scope messages below tau. Candidates
+    are 0 and the midpoints between consecutive distinct confidences; ties go to the lowest tau."""
+    conf_in, correct_in, conf_oos = (np.asarray(conf_in, dtype=np.float64), np.asarray(correct_in, dtype=bool),
+                                     np.asarray(conf_oos, dtype=np.float64))
+    if not len(conf_in) or not len(conf_oos):
+        raise ValueError("need in-scope and out-of-scope validation rows to choose a threshold")
+    u = np.unique(np.concatenate([conf_in, conf_oos]))
+    taus = np.concatenate([[0.0], (u[:-1] + u[1:]) / 2, [u[-1] + 1e-9]])
+    right = np.sort(conf_in[correct_in])
+    in_acc = (len(right) - np.searchsorted(right, taus, side="left")) / len(conf_in)
+    oos_rec = np.searchsorted(np.sort(conf_oos), taus, side="left") / len(conf_oos)
+    score = (in_acc + oos_rec) / 2
+    best = int(np.argmax(score))
+    return {"tau": float(taus[best]), "criterion": "max (in-scope accuracy + out-of-scope recall) / 2 on val",
+            "val_in_scope_accuracy": float(in_acc[best]), "val_oos_recall": float(oos_rec[best]),
+            "val_score": float(score[best])}
+
+
+def at_tau(conf_in: np.ndarray, correct_in: np.ndarray, conf_oos: np.ndarray, tau: float) -> dict:
+    conf_in, correct_in, conf_oos = np.asarray(conf_in), np.asarray(correct_in, dtype=bool), np.asarray(conf_oos)
+    return {"in_scope_accuracy": float((correct_in & (conf_in >= tau)).mean()),
+            "in_scope_accepted_share": float((conf_in >= tau).mean()),
+            "oos_recall": float((conf_oos < tau).mean())}
+
+
+# ------------------------------------------------------------------------------------ runner
+def _spread(values: Sequence[float]) -> dict:
+    v = np.asarray(values, dtype=np.float64)
+    return {"mean": float(v.mean()), "std": float(v.std(ddof=1)) if len(v) > 1 else 0.0,
+            "min": float(v.min()), "max": float(v.max()), "n": int(len(v))}
+
+
+def _ids(labels: Sequence[str], order: list[str]) -> np.ndarray:
+    index = {l: i for i, l in enumerate(order)}
+    unseen = sorted(set(labels) - set(index))
+    if unseen:
+        raise BenchmarkDataError(f"evaluation labels the training sample lacks: {unseen[:5]}")
+    return np.array([index[l] for l in labels], dtype=int)
+
+
+def _seed_run(name: str, splits: dict[str, Split], shots: int | None, seed: int, config, report: Reporter,
+              show_progress: bool) -> dict:
+    from eval.calibration import softmax, summary
+    from eval.metrics import classification_metrics
+    from training.calibrate import fit_temperature
+    from training.train import encode, fit_setfit, head_labels, head_logits
+
+    t_start = time.perf_counter()
+    train = k_shot(splits["train"], shots, seed) if shots else splits["train"]
+    report(f"[{name} seed {seed}] training on {len(train)} rows ({len(train.classes)} classes)")
+    model, seconds = fit_setfit(train.texts, train.labels, config, report, show_progress)
+    labels = head_labels(model)
+    t0 = time.perf_counter()
+
+    def logits(texts: Sequence[str]) -> np.ndarray:
+        return head_logits(model, encode(model, texts))
+
+    run: dict = {"seed": seed, "train_rows": len(train)}
+    temperature = 1.0
+    val = splits.get("val")
+    if val is not None:
+        val_logits, y_val = logits(val.texts), _ids(val.labels, labels)
+        temperature = fit_temperature(val_logits, y_val)
+        run["temperature"] = temperature
+        run["val"] = {"accuracy": summary(softmax(val_logits, temperature), y_val)["accuracy"]}
+    else:
+        run["temperature"] = None  # no val split: probabilities stay uncalibrated (T = 1)
+
+    test = splits["test"]
+    test_logits, y_test = logits(test.texts), _ids(test.labels, labels)
+    probs = softmax(test_logits, temperature)
+    cls = classification_metrics(y_test, probs.argmax(axis=1), labels)
+    cal = summary(probs, y_test)
+    run["test"] = {"n": len(test), "accuracy": cls["accuracy"], "macro_f1": cls["macro_f1"],
+                   "ece": cal["ece"], "nll": cal["nll"]}
+
+    if "oos_val" in splits and val is not None:
+        val_probs = softmax(val_logits, temperature)
+        oos_val_conf = softmax(logits(splits["oos_val"].texts), temperature).max(axis=1)
+        chosen = choose_threshold(val_probs.max(axis=1), val_probs.argmax(axis=1) == y_val, oos_val_conf)
+        oos_test_conf = softmax(logits(splits["oos_test"].texts), temperature).max(axis=1)
+        res = at_tau(probs.max(axis=1), probs.argmax(axis=1) == y_test, oos_test_conf, chosen["tau"])
+        run["oos"] = {**chosen, "n_val": len(splits["oos_val"]), "n_test": len(splits["oos_test"]),
+                      "test_in_scope_accuracy": res["in_scope_accuracy"], "test_in_scope_accepted_share": res["in_scope_accepted_share"],
+                      "test_oos_recall": res["oos_recall"]}
+    seconds["eval"] = time.perf_counter() - t0
+    seconds["total"] = time.perf_counter() - t_start
+    run["seconds"] = {k: round(v, 2) for k, v in seconds.items()}
+    line = f"[{name} seed {seed}] test accuracy {run['test']['accuracy']:.4f} macro-F1 {run['test']['macro_f1']:.4f}"
+    if "oos" in run:
+        o = run["oos"]
+        line += f"; tau {o['tau']:.3f}: in-scope {o['test_in_scope_accuracy']:.4f}, oos recall {o['test_oos_recall']:.4f}"
+    report(line + f" ({seconds['total']:.0f}s)")
+    del model
+    gc.collect()
+    return run
+
+
+def summarize(runs: list[dict]) -> dict:
+    out = {
+        "accuracy": _spread([r["test"]["accuracy"] for r in runs]),
+        "macro_f1": _spread([r["test"]["macro_f1"] for r in runs]),
+        "seconds_per_seed": _spread([r["seconds"]["total"] for r in runs]),
+    }
+    if runs and all("oos" in r for r in runs):
+        out["in_scope_accuracy_at_tau"] = _spread([r["oos"]["test_in_scope_accuracy"] for r in runs])
+        out["oos_recall"] = _spread([r["oos"]["test_oos_recall"] for r in runs])
+        out["tau"] = _spread([r["oos"]["tau"] for r in runs])
+    return out
+
+
+def run_benchmark(name: str, path: str | Path, shots: int | None = 10, seeds: int | Sequence[int] = 3,
+                  max_steps: int | None = None, batch_size: int | None = None, base_model: str | None = None,
+                  report: Reporter = print, show_progress: bool = False,
+                  on_seed: Callable[[dict], None] | None = None, **train_options) -> dict:
+    """Train and evaluate one SetFit model per seed on a public benchmark; return the results dict.
+
+    ``shots`` None or 0 trains on the full train split. ``seeds`` is a count (seeds 0..n-1) or the seeds
+    themselves; each seed draws the k-shot sample and seeds training. ``max_steps``, ``batch_size``,
+    ``base_model`` and ``train_options`` (any other ``TrainConfig`` field, e.g. ``head_c``) override the
+    ``TrainConfig`` defaults. ``on_seed`` gets the partial result after every seed (to save progress)."""
+    from training.config import TrainConfig
+    from training.train import package_versions, quiet_libraries
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if name not in BENCHMARKS:
+        raise ValueError(f"unknown benchmark {name!r}; choose one of {', '.join(BENCHMARKS)}")
+    shots = shots or None
+    seed_list = list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
+    if not seed_list:
+        raise ValueError("need at least one seed")
+    splits = read_benchmark(name, path)
+    overrides = {"max_steps": max_steps, "batch_size": batch_size, "base_model": base_model, **train_options}
+    base_cfg = TrainConfig(name=f"bench-{name}", **{k: v for k, v in overrides.items() if v is not None})
+    quiet_libraries()
+
+    from router.manifest import sha256_file
+
+    result: dict = {
+        "benchmark": name,
+        "path": str(path),
+        "data": {"files": {str(f): sha256_file(f) for f in data_files(name, path)},
+                 "rows": {k: len(v) for k, v in splits.items()}, "classes": len(splits["train"].classes)},
+        "shots": shots,
+        "protocol": (f"{shots} rows per class sampled from train with each seed" if shots else "full train split")
+        + "; accuracy on the full test split"
+        + ("; temperature fitted on val; out-of-scope threshold chosen on val + oos_val, applied to test + oos_test"
+           if name == "clinc150" else "; no val split, so no temperature (T = 1)"),
+        "seeds": seed_list,
+        "hyperparameters": base_cfg.model_dump(mode="json", exclude={"name", "train_file", "dev_file", "test_file", "seed"}),
+        "versions": package_versions(),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "processor": platform.processor() or None},
+        "created_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "complete": False,
+        "runs": [],
+    }
+    t0 = time.perf_counter()
+    for seed in seed_list:
+        cfg = base_cfg.model_copy(update={"seed": seed})
+        result["runs"].append(_seed_run(name, splits, shots, seed, cfg, report, show_progress))
+        result["summary"] = summarize(result["runs"])
+        result["seconds_total"] = round(time.perf_counter() - t0, 2)
+        if on_seed is not None and seed != seed_list[-1]:
+            on_seed(result)
+    result["complete"] = True
+    return result
+
+
+def format_summary(result: dict) -> list[tuple[str, str]]:
+    """(metric, 'mean ± std (min-max)') rows in percent, for printing and docs."""
+    s = result["summary"]
+    pct = lambda d: f"{100 * d['mean']:.2f} ± {100 * d['std']:.2f} ({100 * d['min']:.2f}-{100 * d['max']:.2f})"  # noqa: E731
+    rows = [("accuracy %", pct(s["accuracy"])), ("macro-F1 %", pct(s["macro_f1"]))]
+    if "oos_recall" in s:
+        rows += [("in-scope accuracy at tau %", pct(s["in_scope_accuracy_at_tau"])), ("out-of-scope recall %", pct(s["oos_recall"])),
+                 ("tau (chosen on val)", f"{s['tau']['mean']:.3f} ± {s['tau']['std']:.3f}")]
+    rows.append(("seconds per seed", f"{s['seconds_per_seed']['mean']:.0f} ± {s['seconds_per_seed']['std']:.0f}"))
+    return rows
