@@ -456,6 +456,7 @@ def bench_dataset(
 ) -> dict:
     """Train on a public benchmark (k-shot or full) per seed; report test accuracy mean ± std, and out-of-scope recall for CLINC150."""
     from training.benchmarks import BENCHMARKS, BenchmarkDataError, format_summary, run_benchmark
+    from rich.markup import escape
 
     if name not in BENCHMARKS:
         raise _fail(f"--name must be one of {', '.join(BENCHMARKS)}", code=2)
@@ -470,7 +471,7 @@ def bench_dataset(
 
     try:
         result = run_benchmark(name, path, shots=shots, seeds=seeds, max_steps=max_steps, batch_size=batch_size,
-                               base_model=base_model, report=lambda m: console.print(f"[dim]{m}[/]", highlight=False),
+                               base_model=base_model, report=lambda m: console.print(f"[dim]{escape(m)}[/]", highlight=False),
                                on_seed=save)
     except (BenchmarkDataError, ValueError, FileNotFoundError, RuntimeError) as e:
         raise _fail(str(e))

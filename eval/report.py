@@ -7,7 +7,6 @@ report.md and the PNG plots.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import platform
@@ -26,6 +25,7 @@ from eval.metrics import (
 from eval.predictors import Predictor, load_predictor
 from router.config import RouterConfig, validate_threshold
 from router.guardrail import low_signal_reason
+from router.manifest import package_versions
 
 SCHEMA_VERSION = 1
 REPORT_KIND = "intent-router-eval"
@@ -153,13 +153,8 @@ def _model_section(model, predictor: Predictor) -> dict:
 
 
 def _environment() -> dict:
-    versions = {}
-    for p in VERSIONED_PACKAGES:
-        try:
-            versions[p] = importlib.metadata.version(p)
-        except importlib.metadata.PackageNotFoundError:
-            pass
-    return {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
+    versions = package_versions(VERSIONED_PACKAGES)
+    return {"python": versions.pop("python"), "platform": platform.platform(), "cpus": os.cpu_count(),
             "threads": os.environ.get("INTENT_ROUTER_THREADS"), "packages": versions}
 
 

@@ -7,7 +7,9 @@ listed file carries its sha256, so a runtime can refuse a directory whose files 
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
+import platform
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +86,18 @@ class Manifest(BaseModel):
         tmp.write_text(json.dumps(self.model_dump(mode="json"), indent=2) + "\n", encoding="utf-8")
         tmp.replace(path)
         return path
+
+
+def package_versions(packages: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """Installed versions of ``packages`` (missing ones left out) plus the Python version."""
+    out = {}
+    for p in packages:
+        try:
+            out[p] = importlib.metadata.version(p)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    out["python"] = platform.python_version()
+    return out
 
 
 def sha256_file(path: Path) -> str:

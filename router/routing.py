@@ -142,24 +142,17 @@ class Router:
         t0 = time.perf_counter()
         try:
             res = self.verifier.verify(text, c, previous)
-        except VerifierUnavailable as e:
-            ms = (time.perf_counter() - t0) * 1000
-            latency.verifier_ms = round(ms, 4)
-            trace.append(TraceStep(stage="verifier", status=e.status, ms=round(ms, 4),
-                                   detail={"error": str(e), "breaker": e.breaker, "attempts": e.attempts}))
-            return None, "fallback", ReasonCode.VERIFIER_UNAVAILABLE
-        except VerifierError as e:
-            ms = (time.perf_counter() - t0) * 1000
-            latency.verifier_ms = round(ms, 4)
-            trace.append(TraceStep(stage="verifier", status=e.status, ms=round(ms, 4),
-                                   detail={"error": str(e), "breaker": e.breaker, "attempts": e.attempts}))
-            return None, "fallback", ReasonCode.VERIFIER_FAILED
-        except Exception as e:  # a third-party verifier must not take the router down
-            ms = (time.perf_counter() - t0) * 1000
-            latency.verifier_ms = round(ms, 4)
-            trace.append(TraceStep(stage="verifier", status="error", ms=round(ms, 4),
-                                   detail={"error": f"{type(e).__name__}: {e}"}))
-            return None, "fallback", ReasonCode.VERIFIER_FAILED
+        except Exception as e:  # a third-party verifier must not take the router down either
+            ms = round((time.perf_counter() - t0) * 1000, 4)
+            latency.verifier_ms = ms
+            if isinstance(e, VerifierError):
+                detail = {"error": str(e), "breaker": e.breaker, "attempts": e.attempts}
+                status = e.status
+            else:
+                detail, status = {"error": f"{type(e).__name__}: {e}"}, "error"
+            trace.append(TraceStep(stage="verifier", status=status, ms=ms, detail=detail))
+            reason = ReasonCode.VERIFIER_UNAVAILABLE if isinstance(e, VerifierUnavailable) else ReasonCode.VERIFIER_FAILED
+            return None, "fallback", reason
         ms = (time.perf_counter() - t0) * 1000
         latency.verifier_ms = round(ms, 4)
         if res.intent not in INTENTS:

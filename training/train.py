@@ -6,7 +6,6 @@ Writes ``<out>/checkpoint/`` (the SetFit model) and ``<out>/manifest.json``.
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import os
 import platform
 import random
@@ -20,7 +19,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from eval.calibration import softmax, summary
-from router.manifest import Calibration, Manifest, sha256_file
+from router.manifest import Calibration, Manifest, package_versions, sha256_file
 from training.config import TrainConfig, resolve_base_model
 from training.corpus import Example, load_examples
 
@@ -31,17 +30,6 @@ VERSIONED_PACKAGES = (
 )
 
 Reporter = Callable[[str], None]
-
-
-def package_versions() -> dict[str, str]:
-    out = {}
-    for p in VERSIONED_PACKAGES:
-        try:
-            out[p] = importlib.metadata.version(p)
-        except importlib.metadata.PackageNotFoundError:
-            pass
-    out["python"] = platform.python_version()
-    return out
 
 
 def set_seed(seed: int) -> None:
@@ -248,7 +236,7 @@ def train(config: TrainConfig, out_dir: str | Path, report: Reporter = print, sh
         training={
             "hyperparameters": config.model_dump(mode="json", exclude={"name", "train_file", "dev_file", "test_file"}),
             "data": {"files": _data_digest(data_files), "rows": {"train": len(train_rows), "dev": len(dev_rows), "test": len(test_rows)}},
-            "versions": package_versions(),
+            "versions": package_versions(VERSIONED_PACKAGES),
             "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
             "seconds": {
                 "contrastive": round(body_seconds, 2),
