@@ -22,7 +22,7 @@ app.add_typer(data_app, name="data")
 console = Console(width=None if sys.stdout.isatty() else 140)
 err_console = Console(stderr=True)
 
-DEFAULT_MODEL_DIR = Path(__file__).resolve().parent / "models" / "intent-minilm"
+DEFAULT_MODEL_DIR = Path(__file__).resolve().parent / "models" / "intent-minilm"  # where training writes in a checkout
 
 
 def _fail(message: str, code: int = 1) -> "typer.Exit":
@@ -299,7 +299,7 @@ from typing import Annotated  # noqa: E402  (eval/gate use Annotated so they can
 @app.command("eval")
 def evaluate(
     data: Annotated[str, typer.Option(help="Labeled JSONL/CSV/TSV/Parquet file, or a Hub dataset name (online only).")],
-    model: Annotated[Path, typer.Option(help="Exported model dir, training output dir or bare SetFit checkpoint.")] = DEFAULT_MODEL_DIR,
+    model: Annotated[Optional[Path], typer.Option(help="Exported model dir, training output dir or bare SetFit checkpoint (default: the shipped model).")] = None,
     oos: Annotated[Optional[str], typer.Option(help="Unlabeled out-of-scope file for out-of-scope recall.")] = None,
     out: Annotated[Path, typer.Option(help="Directory for eval.json, report.md and the PNG plots.")] = Path("reports/eval"),
     threshold: Annotated[Optional[float], typer.Option(help="tau (default: the router's, 0.75).")] = None,
@@ -319,9 +319,11 @@ def evaluate(
     from eval.report import run_evaluation, write_report
     from router.manifest import ModelError
 
+    from router.routing import default_model_dir
+
     verifier = _make_verifier(verifier_url, verifier_model, None)
     try:
-        report = run_evaluation(model, data, oos=oos, threshold=threshold, variant=variant, backend=backend,
+        report = run_evaluation(model or default_model_dir(), data, oos=oos, threshold=threshold, variant=variant, backend=backend,
                                 text_column=text_column, label_column=label_column, split=split,
                                 skip_invalid=skip_invalid, verifier=verifier, verifier_max=verifier_max,
                                 verifier_name=f"{verifier_model or 'default'} @ {verifier_url}" if verifier else None,
@@ -412,7 +414,7 @@ app.add_typer(bench_app, name="bench")
 
 @bench_app.command("speed")
 def bench_speed(
-    model: Path = typer.Option(DEFAULT_MODEL_DIR, help="Model directory (its checkpoint/ enables the PyTorch row)."),
+    model: Optional[Path] = typer.Option(None, help="Model directory (default: the shipped model; its checkpoint/ enables the PyTorch row)."),
     data: Path = typer.Option(Path("data/test.jsonl"), help="JSONL messages to time."),
     limit: int = typer.Option(500, help="How many messages."),
     torch: bool = typer.Option(True, "--torch/--no-torch", help="Include SetFit PyTorch predict_proba."),
@@ -422,8 +424,10 @@ def bench_speed(
 ) -> None:
     """Latency, throughput, load time and memory: ONNX int8 and fp32 routers beside SetFit PyTorch."""
     from eval.bench_speed import run_speed_benchmark
+    from router.routing import default_model_dir
     from training.corpus import load_examples
 
+    model = model or default_model_dir()
     texts = [e.text for e in load_examples(data)][:limit]
     res = run_speed_benchmark(model, texts, include_torch=torch, batch_size=batch_size, threads=threads,
                               report=lambda m: console.print(f"[dim]{m}[/]"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Sequence
@@ -18,13 +19,19 @@ from router.rbac import grant_skills
 from router.verifier import Verifier, VerifierError, VerifierUnavailable
 
 MODEL_ENV = "INTENT_ROUTER_MODEL"
-SHIPPED_MODEL = Path(__file__).resolve().parent.parent / "models" / "intent-minilm"
+SHIPPED_MODEL = Path(__file__).resolve().parent.parent / "models" / "intent-minilm"  # source checkout
+INSTALLED_MODEL = Path(sys.prefix) / "share" / "intent-router" / "models" / "intent-minilm"  # pip install .
 
 
 def default_model_dir() -> Path:
-    """$INTENT_ROUTER_MODEL, else the model shipped in this checkout's models/ folder."""
+    """$INTENT_ROUTER_MODEL, else the shipped model: this checkout's models/ folder, or the copy that a
+    regular (non-editable) install puts under <prefix>/share/intent-router/."""
     env = os.environ.get(MODEL_ENV)
-    return Path(env) if env else SHIPPED_MODEL
+    if env:
+        return Path(env)
+    if (SHIPPED_MODEL / "manifest.json").is_file() or not (INSTALLED_MODEL / "manifest.json").is_file():
+        return SHIPPED_MODEL
+    return INSTALLED_MODEL
 
 
 class Router:

@@ -276,6 +276,15 @@ def summarize(runs: list[dict]) -> dict:
     return out
 
 
+def _torch_threads() -> int | None:
+    try:
+        import torch
+
+        return int(torch.get_num_threads())
+    except ImportError:  # pragma: no cover
+        return None
+
+
 def run_benchmark(name: str, path: str | Path, shots: int | None = 10, seeds: int | Sequence[int] = 3,
                   max_steps: int | None = None, batch_size: int | None = None, base_model: str | None = None,
                   report: Reporter = print, show_progress: bool = False,
@@ -287,7 +296,8 @@ def run_benchmark(name: str, path: str | Path, shots: int | None = 10, seeds: in
     ``base_model`` and ``train_options`` (any other ``TrainConfig`` field, e.g. ``head_c``) override the
     ``TrainConfig`` defaults. ``on_seed`` gets the partial result after every seed (to save progress)."""
     from training.config import TrainConfig
-    from training.train import package_versions, quiet_libraries
+    from router.manifest import package_versions
+    from training.train import VERSIONED_PACKAGES, quiet_libraries
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if name not in BENCHMARKS:
@@ -315,8 +325,9 @@ def run_benchmark(name: str, path: str | Path, shots: int | None = 10, seeds: in
            if name == "clinc150" else "; no val split, so no temperature (T = 1)"),
         "seeds": seed_list,
         "hyperparameters": base_cfg.model_dump(mode="json", exclude={"name", "train_file", "dev_file", "test_file", "seed"}),
-        "versions": package_versions(),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "processor": platform.processor() or None},
+        "versions": package_versions(VERSIONED_PACKAGES),
+        "machine": {"cpus": os.cpu_count(), "torch_threads": _torch_threads(), "platform": platform.platform(),
+                    "processor": platform.processor() or None},
         "created_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "complete": False,
         "runs": [],
