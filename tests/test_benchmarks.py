@@ -90,6 +90,21 @@ def test_threshold_is_chosen_on_val_and_applied():
     assert at_tau(conf_in, correct, conf_oos, 0.0)["oos_recall"] == 0.0
 
 
+def test_pooled_threshold_weighs_by_counts():
+    # 8 right in-scope answers (4 unsure at 0.4, 4 sure at 0.9) and 2 out-of-scope at 0.5 and 0.6:
+    # balanced gives up the unsure half to catch both out-of-scope messages, pooled (plain accuracy over
+    # all 10) keeps every in-scope answer and catches none
+    conf_in, correct = np.array([0.4] * 4 + [0.9] * 4), np.ones(8, dtype=bool)
+    conf_oos = np.array([0.5, 0.6])
+    bal = choose_threshold(conf_in, correct, conf_oos, "balanced")
+    pool = choose_threshold(conf_in, correct, conf_oos, "pooled")
+    assert 0.6 < bal["tau"] < 0.9 and bal["val_in_scope_accuracy"] == 0.5 and bal["val_oos_recall"] == 1.0
+    assert pool["tau"] < 0.4 and pool["val_in_scope_accuracy"] == 1.0 and pool["val_oos_recall"] == 0.0
+    assert bal["val_score"] == 0.75 and pool["val_score"] == 0.8
+    with pytest.raises(ValueError, match="criterion"):
+        choose_threshold(conf_in, correct, conf_oos, "f1")
+
+
 @pytest.mark.slow
 def test_run_benchmark_tiny_clinc(tmp_path):
     """Two seeds of 2-shot training for 4 contrastive steps on the fixture (about 20 s on 2 cores)."""
@@ -105,6 +120,7 @@ def test_run_benchmark_tiny_clinc(tmp_path):
         assert r["train_rows"] == 6 and r["temperature"] > 0
         assert 0 <= r["test"]["accuracy"] <= 1 and r["test"]["n"] == 6
         assert 0 <= r["oos"]["test_oos_recall"] <= 1 and r["oos"]["n_test"] == 3
+        assert 0 <= r["oos_pooled"]["test_oos_recall"] <= 1
     s = res["summary"]
     assert s["accuracy"]["n"] == 2 and s["accuracy"]["min"] <= s["accuracy"]["mean"] <= s["accuracy"]["max"]
     assert "oos_recall" in s and any(m.startswith("out-of-scope") for m, _ in format_summary(res))
