@@ -7,7 +7,6 @@ export a parity check on held-out text compares each variant with the PyTorch mo
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -203,18 +202,3 @@ def check_parity(model, model_dir: Path, manifest: Manifest, texts: Sequence[str
         if agree < need:
             failures.append(f"{name} parity failed: top-1 agreement {agree:.4f} < {need}")
     return failures
-
-
-def copy_runtime_files(model_dir: str | Path, dest: str | Path, variant: str = "int8") -> Path:
-    """Copy the files a service needs (manifest, tokenizer, one graph) to ``dest``."""
-    model_dir, dest = Path(model_dir), Path(dest)
-    manifest = load_manifest(model_dir)
-    if manifest.export is None or variant not in manifest.export.variants:
-        raise ModelError(f"{model_dir} has no exported {variant} graph")
-    dest.mkdir(parents=True, exist_ok=True)
-    for rel in (manifest.export.tokenizer.path, manifest.export.variants[variant].file.path):
-        shutil.copy2(model_dir / rel, dest / rel)
-    manifest.export.variants = {variant: manifest.export.variants[variant]}
-    manifest.export.default_variant = variant
-    manifest.save(dest)
-    return dest

@@ -254,19 +254,10 @@ def train(config: TrainConfig, out_dir: str | Path, report: Reporter = print, sh
 
 
 def _classification(probs: np.ndarray, y: np.ndarray, labels: list[str]) -> dict:
-    pred = probs.argmax(axis=1)
-    per_class = {}
-    f1s = []
-    for i, l in enumerate(labels):
-        tp = int(((pred == i) & (y == i)).sum())
-        fp = int(((pred == i) & (y != i)).sum())
-        fn = int(((pred != i) & (y == i)).sum())
-        p = tp / (tp + fp) if tp + fp else 0.0
-        r = tp / (tp + fn) if tp + fn else 0.0
-        f = 2 * p * r / (p + r) if p + r else 0.0
-        f1s.append(f)
-        per_class[l] = {"precision": round(p, 4), "recall": round(r, 4), "f1": round(f, 4), "support": int((y == i).sum())}
+    """Calibration summary plus eval's classification metrics (accuracy, macro-F1, per class)."""
+    from eval.metrics import classification_metrics
+
     out = summary(probs, y)
-    out["macro_f1"] = float(np.mean(f1s))
-    out["per_class"] = per_class
+    cls = classification_metrics(y, probs.argmax(axis=1), labels)
+    out.update(macro_f1=cls["macro_f1"], per_class=cls["per_class"])
     return out
