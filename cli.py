@@ -9,23 +9,26 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-app = typer.Typer(help="Train, export, evaluate and run the five-intent router.", no_args_is_help=True, add_completion=False)
+app = typer.Typer(
+    help="Train, export, evaluate and run the five-intent router.", no_args_is_help=True, add_completion=False
+)
 data_app = typer.Typer(help="Corpus tools.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
 
 console = Console(width=None if sys.stdout.isatty() else 140)
 err_console = Console(stderr=True)
 
-DEFAULT_MODEL_DIR = Path(__file__).resolve().parent / "models" / "intent-minilm"  # where training writes in a checkout
+DEFAULT_MODEL_DIR = (
+    Path(__file__).resolve().parent / "models" / "intent-minilm"
+)  # where training writes in a checkout
 
 
-def _fail(message: str, code: int = 1) -> "typer.Exit":
+def _fail(message: str, code: int = 1) -> typer.Exit:
     err_console.print(f"[bold red]error:[/] {message}")
     return typer.Exit(code)
 
@@ -33,7 +36,7 @@ def _fail(message: str, code: int = 1) -> "typer.Exit":
 # --------------------------------------------------------------------------------------- data
 @data_app.command("check")
 def data_check(
-    paths: List[Path] = typer.Argument(None, help="JSONL files or directories (default: data/)."),
+    paths: list[Path] = typer.Argument(None, help="JSONL files or directories (default: data/)."),
     strict: bool = typer.Option(False, "--strict", help="Treat duplicates within a split as errors too."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     max_issues: int = typer.Option(50, help="How many issues to print (all go into --json)."),
@@ -67,7 +70,16 @@ def data_check(
 
     stats = report.length_stats()
     t = Table(title="Length (words)")
-    cols = ["rows", "min_words", "median_words", "mean_words", "p90_words", "max_words", "share_le_4_words", "share_ge_25_words"]
+    cols = [
+        "rows",
+        "min_words",
+        "median_words",
+        "mean_words",
+        "p90_words",
+        "max_words",
+        "share_le_4_words",
+        "share_ge_25_words",
+    ]
     t.add_column("split")
     for c in cols:
         t.add_column(c.replace("_words", "").replace("share_", ""), justify="right")
@@ -82,7 +94,7 @@ def data_check(
 
 
 # -------------------------------------------------------------------------------------- train
-def _train_config(config: Optional[Path], **flags):
+def _train_config(config: Path | None, **flags):
     from training.config import TrainConfig
 
     overrides = {k: v for k, v in flags.items() if v is not None}
@@ -94,25 +106,41 @@ def _train_config(config: Optional[Path], **flags):
 
 @app.command()
 def train(
-    out: Path = typer.Option(DEFAULT_MODEL_DIR, help="Model directory to write (checkpoint/ and manifest.json)."),
-    config: Optional[Path] = typer.Option(None, help="YAML/JSON file of training options; flags override it."),
-    name: Optional[str] = typer.Option(None, help="Model name recorded in the manifest."),
-    base_model: Optional[str] = typer.Option(None, help="Local sentence-transformers folder or hub name (default: the packaged all-MiniLM-L6-v2)."),
-    train_file: Optional[Path] = typer.Option(None),
-    dev_file: Optional[Path] = typer.Option(None, help="Used to fit the temperature."),
-    test_file: Optional[Path] = typer.Option(None),
-    seed: Optional[int] = typer.Option(None),
-    max_steps: Optional[int] = typer.Option(None, help="Contrastive steps (batch pairs); -1 for no cap."),
-    num_iterations: Optional[int] = typer.Option(None),
-    batch_size: Optional[int] = typer.Option(None),
-    epochs: Optional[int] = typer.Option(None, "--epochs"),
-    head_c: Optional[float] = typer.Option(None, help="Inverse L2 strength of the logistic head."),
-    max_seq_length: Optional[int] = typer.Option(None),
+    out: Path = typer.Option(
+        DEFAULT_MODEL_DIR, help="Model directory to write (checkpoint/ and manifest.json)."
+    ),
+    config: Path | None = typer.Option(None, help="YAML/JSON file of training options; flags override it."),
+    name: str | None = typer.Option(None, help="Model name recorded in the manifest."),
+    base_model: str | None = typer.Option(
+        None, help="Local sentence-transformers folder or hub name (default: the packaged all-MiniLM-L6-v2)."
+    ),
+    train_file: Path | None = typer.Option(None),
+    dev_file: Path | None = typer.Option(None, help="Used to fit the temperature."),
+    test_file: Path | None = typer.Option(None),
+    seed: int | None = typer.Option(None),
+    max_steps: int | None = typer.Option(None, help="Contrastive steps (batch pairs); -1 for no cap."),
+    num_iterations: int | None = typer.Option(None),
+    batch_size: int | None = typer.Option(None),
+    epochs: int | None = typer.Option(None, "--epochs"),
+    head_c: float | None = typer.Option(None, help="Inverse L2 strength of the logistic head."),
+    max_seq_length: int | None = typer.Option(None),
 ) -> None:
     """Train the SetFit intent model and calibrate it on dev (temperature scaling)."""
-    cfg = _train_config(config, name=name, base_model=base_model, train_file=train_file, dev_file=dev_file,
-                        test_file=test_file, seed=seed, max_steps=max_steps, num_iterations=num_iterations,
-                        batch_size=batch_size, num_epochs=epochs, head_c=head_c, max_seq_length=max_seq_length)
+    cfg = _train_config(
+        config,
+        name=name,
+        base_model=base_model,
+        train_file=train_file,
+        dev_file=dev_file,
+        test_file=test_file,
+        seed=seed,
+        max_steps=max_steps,
+        num_iterations=num_iterations,
+        batch_size=batch_size,
+        num_epochs=epochs,
+        head_c=head_c,
+        max_seq_length=max_seq_length,
+    )
     _run_train(cfg, out)
 
 
@@ -136,8 +164,15 @@ def _print_training_summary(manifest) -> None:
     for c in ("accuracy", "macro_f1", "ece before", "ece after", "nll before", "nll after"):
         t.add_column(c, justify="right")
     for split, m in manifest.metrics.items():
-        t.add_row(split, f"{m['accuracy']:.4f}", f"{m['macro_f1']:.4f}", f"{cal.before[split]['ece']:.4f}",
-                  f"{cal.after[split]['ece']:.4f}", f"{cal.before[split]['nll']:.4f}", f"{cal.after[split]['nll']:.4f}")
+        t.add_row(
+            split,
+            f"{m['accuracy']:.4f}",
+            f"{m['macro_f1']:.4f}",
+            f"{cal.before[split]['ece']:.4f}",
+            f"{cal.after[split]['ece']:.4f}",
+            f"{cal.before[split]['nll']:.4f}",
+            f"{cal.after[split]['nll']:.4f}",
+        )
     console.print(t)
     console.print(f"training time: {manifest.training['seconds']['total']:.1f}s")
 
@@ -147,25 +182,34 @@ def export(
     model: Path = typer.Option(DEFAULT_MODEL_DIR, help="Model directory written by 'train'."),
     parity_file: Path = typer.Option(Path("data/test.jsonl"), help="Held-out JSONL for the parity check."),
     variants: str = typer.Option("fp32,int8", help="Comma-separated: fp32, int8."),
-    keep_fp32: bool = typer.Option(True, "--keep-fp32/--drop-fp32", help="Keep the fp32 graph after the int8 one is made."),
+    keep_fp32: bool = typer.Option(
+        True, "--keep-fp32/--drop-fp32", help="Keep the fp32 graph after the int8 one is made."
+    ),
 ) -> None:
     """Export to ONNX (fp32 and int8) with calibrated probabilities; fails when parity fails."""
     from router.manifest import ModelError
     from training.export import export_model
 
     try:
-        manifest = export_model(model, parity_file=parity_file, variants=[v.strip() for v in variants.split(",") if v.strip()],
-                                keep_fp32=keep_fp32, report=lambda m: console.print(f"[dim]{m}[/]"))
+        manifest = export_model(
+            model,
+            parity_file=parity_file,
+            variants=[v.strip() for v in variants.split(",") if v.strip()],
+            keep_fp32=keep_fp32,
+            report=lambda m: console.print(f"[dim]{m}[/]"),
+        )
     except (ModelError, ValueError) as e:
         raise _fail(str(e))
     for name, v in manifest.export.variants.items():
-        console.print(f"{name}: {v.file.path} ({v.file.bytes / 1e6:.1f} MB), parity top-1 {v.parity.top1_agreement:.4f}")
+        console.print(
+            f"{name}: {v.file.path} ({v.file.bytes / 1e6:.1f} MB), parity top-1 {v.parity.top1_agreement:.4f}"
+        )
 
 
 @app.command()
 def build(
     out: Path = typer.Option(DEFAULT_MODEL_DIR, help="Model directory to write."),
-    config: Optional[Path] = typer.Option(None, help="Training config file."),
+    config: Path | None = typer.Option(None, help="Training config file."),
     report_dir: Path = typer.Option(Path("reports/build"), help="Where the evaluation report goes."),
 ) -> None:
     """The main job: train on data/, calibrate, export fp32+int8 with parity, evaluate the int8 router."""
@@ -178,7 +222,9 @@ def build(
     cfg = _train_config(config)
     manifest = _run_train(cfg, out)
     try:
-        export_model(out, parity_file=cfg.test_file or cfg.dev_file, report=lambda m: console.print(f"[dim]{m}[/]"))
+        export_model(
+            out, parity_file=cfg.test_file or cfg.dev_file, report=lambda m: console.print(f"[dim]{m}[/]")
+        )
     except (ModelError, ValueError) as e:
         raise _fail(str(e))
     seconds = time.perf_counter() - t0
@@ -189,8 +235,16 @@ def build(
     manifest.save(out)
     console.print(f"train + calibrate + export: {seconds:.1f}s")
     if cfg.test_file and _has_eval():
-        evaluate(model=out, data=cfg.test_file, oos=Path("data/oos.jsonl") if Path("data/oos.jsonl").is_file() else None,
-                 out=report_dir, threshold=None, variant=None, text_column="text", label_column="label")
+        evaluate(
+            model=out,
+            data=cfg.test_file,
+            oos=Path("data/oos.jsonl") if Path("data/oos.jsonl").is_file() else None,
+            out=report_dir,
+            threshold=None,
+            variant=None,
+            text_column="text",
+            label_column="label",
+        )
 
 
 def _has_eval() -> bool:
@@ -202,7 +256,7 @@ def _has_eval() -> bool:
 
 
 # -------------------------------------------------------------------------------------- route
-def _read_messages(texts: List[str], file: Optional[Path]) -> List[str]:
+def _read_messages(texts: list[str], file: Path | None) -> list[str]:
     if file is None:
         return list(texts)
     stream = sys.stdin if str(file) == "-" else open(file, encoding="utf-8")
@@ -223,16 +277,28 @@ def _read_messages(texts: List[str], file: Optional[Path]) -> List[str]:
 
 @app.command()
 def route(
-    texts: List[str] = typer.Argument(None, help="Message(s) to route."),
+    texts: list[str] = typer.Argument(None, help="Message(s) to route."),
     role: str = typer.Option("viewer", help="Caller's role (RBAC)."),
-    file: Optional[Path] = typer.Option(None, "--file", "-f", help="Route every line of a file ('-' for stdin); JSONL rows use their 'text'."),
-    model: Optional[Path] = typer.Option(None, help="Exported model directory (default: $INTENT_ROUTER_MODEL or the shipped model)."),
-    config: Optional[Path] = typer.Option(None, help="Router config YAML (skills, roles, threshold)."),
-    threshold: Optional[float] = typer.Option(None, help="Override the confidence threshold, in (0, 1]."),
-    variant: Optional[str] = typer.Option(None, help="Graph variant: int8 (default) or fp32."),
-    verifier_url: Optional[str] = typer.Option(None, envvar="INTENT_ROUTER_VERIFIER_URL", help="OpenAI-compatible base URL, e.g. http://127.0.0.1:11434/v1"),
-    verifier_model: Optional[str] = typer.Option(None, envvar="INTENT_ROUTER_VERIFIER_MODEL", help="Model name for the verifier."),
-    verifier_timeout: Optional[float] = typer.Option(None, help="Seconds per verifier HTTP request (the total deadline defaults to twice this)."),
+    file: Path | None = typer.Option(
+        None, "--file", "-f", help="Route every line of a file ('-' for stdin); JSONL rows use their 'text'."
+    ),
+    model: Path | None = typer.Option(
+        None, help="Exported model directory (default: $INTENT_ROUTER_MODEL or the shipped model)."
+    ),
+    config: Path | None = typer.Option(None, help="Router config YAML (skills, roles, threshold)."),
+    threshold: float | None = typer.Option(None, help="Override the confidence threshold, in (0, 1]."),
+    variant: str | None = typer.Option(None, help="Graph variant: int8 (default) or fp32."),
+    verifier_url: str | None = typer.Option(
+        None,
+        envvar="INTENT_ROUTER_VERIFIER_URL",
+        help="OpenAI-compatible base URL, e.g. http://127.0.0.1:11434/v1",
+    ),
+    verifier_model: str | None = typer.Option(
+        None, envvar="INTENT_ROUTER_VERIFIER_MODEL", help="Model name for the verifier."
+    ),
+    verifier_timeout: float | None = typer.Option(
+        None, help="Seconds per verifier HTTP request (the total deadline defaults to twice this)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print full decisions as JSON (one line each)."),
 ) -> None:
     """Route messages: intent, confidence, granted and denied skills."""
@@ -250,7 +316,9 @@ def route(
         router = Router.load(model, config=cfg, verifier=verifier, threshold=threshold, variant=variant)
     except (ModelError, ValueError, FileNotFoundError) as e:
         raise _fail(str(e))
-    decisions = router.route_batch(messages, role) if verifier is None else [router.route(m, role) for m in messages]
+    decisions = (
+        router.route_batch(messages, role) if verifier is None else [router.route(m, role) for m in messages]
+    )
     if as_json or len(messages) > 1:
         for d in decisions:
             print(d.model_dump_json(exclude_none=False) if as_json else _one_line(d))
@@ -267,12 +335,21 @@ def _one_line(d) -> str:
     intent = d.intent.value if d.intent else "-"
     conf = f"{d.confidence:.3f}" if d.confidence is not None else "-"
     skills = ",".join(d.skills.required) + ("+" + ",".join(d.skills.optional) if d.skills.optional else "")
-    return json.dumps({"intent": intent, "confidence": conf, "source": d.source, "reason": d.reason_code.value,
-                       "skills": skills, "confirm": d.requires_confirmation, "servable": d.servable,
-                       "ms": round(d.latency.total_ms, 3)})
+    return json.dumps(
+        {
+            "intent": intent,
+            "confidence": conf,
+            "source": d.source,
+            "reason": d.reason_code.value,
+            "skills": skills,
+            "confirm": d.requires_confirmation,
+            "servable": d.servable,
+            "ms": round(d.latency.total_ms, 3),
+        }
+    )
 
 
-def _make_verifier(url: Optional[str], model: Optional[str], timeout: Optional[float], config=None):
+def _make_verifier(url: str | None, model: str | None, timeout: float | None, config=None):
     if not url:
         return None
     try:
@@ -284,7 +361,11 @@ def _make_verifier(url: Optional[str], model: Optional[str], timeout: Optional[f
 
 
 @app.command()
-def schema(out: Path = typer.Option(Path("router/schema/decision.schema.json"), help="Where to write the JSON Schema.")) -> None:
+def schema(
+    out: Path = typer.Option(
+        Path("router/schema/decision.schema.json"), help="Where to write the JSON Schema."
+    ),
+) -> None:
     """Write the JSON Schema of the routing Decision."""
     from router.decision import write_json_schema
 
@@ -298,36 +379,65 @@ from typing import Annotated  # noqa: E402  (eval/gate use Annotated so they can
 
 @app.command("eval")
 def evaluate(
-    data: Annotated[str, typer.Option(help="Labeled JSONL/CSV/TSV/Parquet file, or a Hub dataset name (online only).")],
-    model: Annotated[Optional[Path], typer.Option(help="Exported model dir, training output dir or bare SetFit checkpoint (default: the shipped model).")] = None,
-    oos: Annotated[Optional[str], typer.Option(help="Unlabeled out-of-scope file for out-of-scope recall.")] = None,
-    out: Annotated[Path, typer.Option(help="Directory for eval.json, report.md and the PNG plots.")] = Path("reports/eval"),
-    threshold: Annotated[Optional[float], typer.Option(help="tau (default: the router's, 0.75).")] = None,
-    variant: Annotated[Optional[str], typer.Option(help="ONNX graph: int8 (default) or fp32.")] = None,
+    data: Annotated[
+        str, typer.Option(help="Labeled JSONL/CSV/TSV/Parquet file, or a Hub dataset name (online only).")
+    ],
+    model: Annotated[
+        Path | None,
+        typer.Option(
+            help="Exported model dir, training output dir or bare SetFit checkpoint (default: the shipped model)."
+        ),
+    ] = None,
+    oos: Annotated[
+        str | None, typer.Option(help="Unlabeled out-of-scope file for out-of-scope recall.")
+    ] = None,
+    out: Annotated[Path, typer.Option(help="Directory for eval.json, report.md and the PNG plots.")] = Path(
+        "reports/eval"
+    ),
+    threshold: Annotated[float | None, typer.Option(help="tau (default: the router's, 0.75).")] = None,
+    variant: Annotated[str | None, typer.Option(help="ONNX graph: int8 (default) or fp32.")] = None,
     text_column: Annotated[str, typer.Option(help="Column holding the message.")] = "text",
     label_column: Annotated[str, typer.Option(help="Column holding the intent label.")] = "label",
     backend: Annotated[str, typer.Option(help="auto (onnx when exported), onnx or torch.")] = "auto",
-    split: Annotated[Optional[str], typer.Option(help="Split of a Hub dataset (default: test).")] = None,
-    skip_invalid: Annotated[bool, typer.Option("--skip-invalid", help="Leave out (and list) invalid rows instead of stopping.")] = False,
-    verifier_url: Annotated[Optional[str], typer.Option(help="OpenAI-compatible base URL: report the verifier lift below tau.")] = None,
-    verifier_model: Annotated[Optional[str], typer.Option(help="Model name for the verifier.")] = None,
-    verifier_max: Annotated[Optional[int], typer.Option(help="Verify at most this many below-tau messages.")] = None,
-    max_latency_samples: Annotated[int, typer.Option(help="Messages timed one by one (0: skip latency).")] = 300,
+    split: Annotated[str | None, typer.Option(help="Split of a Hub dataset (default: test).")] = None,
+    skip_invalid: Annotated[
+        bool, typer.Option("--skip-invalid", help="Leave out (and list) invalid rows instead of stopping.")
+    ] = False,
+    verifier_url: Annotated[
+        str | None, typer.Option(help="OpenAI-compatible base URL: report the verifier lift below tau.")
+    ] = None,
+    verifier_model: Annotated[str | None, typer.Option(help="Model name for the verifier.")] = None,
+    verifier_max: Annotated[
+        int | None, typer.Option(help="Verify at most this many below-tau messages.")
+    ] = None,
+    max_latency_samples: Annotated[
+        int, typer.Option(help="Messages timed one by one (0: skip latency).")
+    ] = 300,
 ) -> dict:
     """Evaluate a model: metrics, calibration, threshold sweep, out-of-scope recall, latency; write the report."""
     from eval.data import DataError
     from eval.report import run_evaluation, write_report
     from router.manifest import ModelError
-
     from router.routing import default_model_dir
 
     verifier = _make_verifier(verifier_url, verifier_model, None)
     try:
-        report = run_evaluation(model or default_model_dir(), data, oos=oos, threshold=threshold, variant=variant, backend=backend,
-                                text_column=text_column, label_column=label_column, split=split,
-                                skip_invalid=skip_invalid, verifier=verifier, verifier_max=verifier_max,
-                                verifier_name=f"{verifier_model or 'default'} @ {verifier_url}" if verifier else None,
-                                max_latency_samples=max_latency_samples)
+        report = run_evaluation(
+            model or default_model_dir(),
+            data,
+            oos=oos,
+            threshold=threshold,
+            variant=variant,
+            backend=backend,
+            text_column=text_column,
+            label_column=label_column,
+            split=split,
+            skip_invalid=skip_invalid,
+            verifier=verifier,
+            verifier_max=verifier_max,
+            verifier_name=f"{verifier_model or 'default'} @ {verifier_url}" if verifier else None,
+            max_latency_samples=max_latency_samples,
+        )
     except (DataError, ModelError, ValueError, FileNotFoundError) as e:
         raise _fail(str(e))
     paths = write_report(report, out)
@@ -337,23 +447,44 @@ def evaluate(
 
 
 def _print_eval_summary(report: dict) -> None:
-    m, c, cal, at = report["model"], report["classification"], report["calibration"], report["thresholds"]["at_tau"]
+    m, c, cal, at = (
+        report["model"],
+        report["classification"],
+        report["calibration"],
+        report["thresholds"]["at_tau"],
+    )
     f = lambda x, nd=4: "-" if x is None else f"{x:.{nd}f}"  # noqa: E731
-    t = Table(title=f"{m['model_id']} ({m['backend']}) on {report['data']['source']} (n={report['data']['n']})")
+    t = Table(
+        title=f"{m['model_id']} ({m['backend']}) on {report['data']['source']} (n={report['data']['n']})"
+    )
     t.add_column("metric")
     t.add_column("value", justify="right")
-    rows = [("accuracy", f(c["accuracy"])), ("macro-F1", f(c["macro_f1"])), ("ECE", f(cal["ece"])), ("NLL", f(cal["nll"])),
-            ("Brier", f(cal["brier"])), (f"accepted at tau {at['tau']:g}", f(at["accepted_share"])),
-            ("accuracy of accepted", f(at["accepted_accuracy"])), ("to verifier", f(at["to_verifier_share"]))]
+    rows = [
+        ("accuracy", f(c["accuracy"])),
+        ("macro-F1", f(c["macro_f1"])),
+        ("ECE", f(cal["ece"])),
+        ("NLL", f(cal["nll"])),
+        ("Brier", f(cal["brier"])),
+        (f"accepted at tau {at['tau']:g}", f(at["accepted_share"])),
+        ("accuracy of accepted", f(at["accepted_accuracy"])),
+        ("to verifier", f(at["to_verifier_share"])),
+    ]
     if report.get("oos"):
         rows.append((f"out-of-scope recall (n={report['oos']['n']})", f(report["oos"]["recall"])))
     if report.get("latency"):
         s, b = report["latency"]["single"], report["latency"]["batch"]
-        rows.append(("latency p50/p95/p99 ms", f"{f(s['p50_ms'], 2)} / {f(s['p95_ms'], 2)} / {f(s['p99_ms'], 2)}"))
+        rows.append(
+            ("latency p50/p95/p99 ms", f"{f(s['p50_ms'], 2)} / {f(s['p95_ms'], 2)} / {f(s['p99_ms'], 2)}")
+        )
         rows.append(("batch msg/s", f(b["messages_per_second"], 1)))
     if report.get("verifier"):
         v = report["verifier"]
-        rows.append((f"verifier lift on {v['n_verified']} below tau", f"{f(v['classifier_accuracy'])} -> {f(v['verifier_accuracy'])}"))
+        rows.append(
+            (
+                f"verifier lift on {v['n_verified']} below tau",
+                f"{f(v['classifier_accuracy'])} -> {f(v['verifier_accuracy'])}",
+            )
+        )
     for r in rows:
         t.add_row(*r)
     console.print(t)
@@ -368,9 +499,18 @@ def _print_eval_summary(report: dict) -> None:
 
 @app.command()
 def gate(
-    report: Annotated[Path, typer.Option(help="eval.json written by 'intent-router eval'.")] = Path("reports/ci/eval.json"),
-    baseline: Annotated[Path, typer.Option(help="Committed baseline to compare with.")] = Path("eval/baseline.json"),
-    write_baseline: Annotated[bool, typer.Option("--write-baseline", help="Write BASELINE from REPORT with the default limits instead of gating.")] = False,
+    report: Annotated[Path, typer.Option(help="eval.json written by 'intent-router eval'.")] = Path(
+        "reports/ci/eval.json"
+    ),
+    baseline: Annotated[Path, typer.Option(help="Committed baseline to compare with.")] = Path(
+        "eval/baseline.json"
+    ),
+    write_baseline: Annotated[
+        bool,
+        typer.Option(
+            "--write-baseline", help="Write BASELINE from REPORT with the default limits instead of gating."
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the checks as JSON.")] = False,
 ) -> None:
     """CI gate: exit 1 when accuracy, macro-F1, a class F1, ECE or accepted accuracy regress past the baseline's limits."""
@@ -382,7 +522,9 @@ def gate(
         rep = load_report(report)
         if write_baseline:
             write_baseline_file(rep, baseline)
-            console.print(f"baseline written to [bold]{baseline}[/] from {report} ({rep['model']['model_id']})")
+            console.print(
+                f"baseline written to [bold]{baseline}[/] from {report} ({rep['model']['model_id']})"
+            )
             return
         base = load_baseline(baseline)
         checks = run_gate(rep, base)
@@ -390,15 +532,30 @@ def gate(
         raise _fail(f"{e}" if not isinstance(e, KeyError) else f"report or baseline lacks {e}", code=2)
     passed = gate_passed(checks)
     if as_json:
-        print(json.dumps({"passed": passed, "checks": [ch.to_dict() for ch in checks], "notes": gate_notes(rep, base)}, indent=2))
+        print(
+            json.dumps(
+                {"passed": passed, "checks": [ch.to_dict() for ch in checks], "notes": gate_notes(rep, base)},
+                indent=2,
+            )
+        )
         raise typer.Exit(0 if passed else 1)
-    t = Table(title=f"Gate: {rep['model']['model_id']} vs baseline {base.get('source', {}).get('model_id', baseline)}")
+    t = Table(
+        title=f"Gate: {rep['model']['model_id']} vs baseline {base.get('source', {}).get('model_id', baseline)}"
+    )
     for col in ("check", "value", "limit", "baseline", "result", "detail"):
-        t.add_column(col, justify="right" if col in ("value", "limit", "baseline") else "left", no_wrap=col != "detail")
+        t.add_column(
+            col, justify="right" if col in ("value", "limit", "baseline") else "left", no_wrap=col != "detail"
+        )
     f = lambda x: "-" if x is None else f"{x:.4f}"  # noqa: E731
     for ch in checks:
-        t.add_row(ch.name, f(ch.value), f"{ch.op} {f(ch.limit)}", f(ch.baseline),
-                  "[green]pass[/]" if ch.passed else "[bold red]FAIL[/]", ch.detail)
+        t.add_row(
+            ch.name,
+            f(ch.value),
+            f"{ch.op} {f(ch.limit)}",
+            f(ch.baseline),
+            "[green]pass[/]" if ch.passed else "[bold red]FAIL[/]",
+            ch.detail,
+        )
     console.print(t)
     for note in gate_notes(rep, base):
         console.print(f"[yellow]note:[/] {note}", highlight=False)
@@ -414,13 +571,15 @@ app.add_typer(bench_app, name="bench")
 
 @bench_app.command("speed")
 def bench_speed(
-    model: Optional[Path] = typer.Option(None, help="Model directory (default: the shipped model; its checkpoint/ enables the PyTorch row)."),
+    model: Path | None = typer.Option(
+        None, help="Model directory (default: the shipped model; its checkpoint/ enables the PyTorch row)."
+    ),
     data: Path = typer.Option(Path("data/test.jsonl"), help="JSONL messages to time."),
     limit: int = typer.Option(500, help="How many messages."),
     torch: bool = typer.Option(True, "--torch/--no-torch", help="Include SetFit PyTorch predict_proba."),
     batch_size: int = typer.Option(64),
-    threads: Optional[int] = typer.Option(None, help="onnxruntime intra-op threads (default: all cores)."),
-    out: Optional[Path] = typer.Option(None, help="Also write the results as JSON."),
+    threads: int | None = typer.Option(None, help="onnxruntime intra-op threads (default: all cores)."),
+    out: Path | None = typer.Option(None, help="Also write the results as JSON."),
 ) -> None:
     """Latency, throughput, load time and memory: ONNX int8 and fp32 routers beside SetFit PyTorch."""
     from eval.bench_speed import run_speed_benchmark
@@ -429,16 +588,39 @@ def bench_speed(
 
     model = model or default_model_dir()
     texts = [e.text for e in load_examples(data)][:limit]
-    res = run_speed_benchmark(model, texts, include_torch=torch, batch_size=batch_size, threads=threads,
-                              report=lambda m: console.print(f"[dim]{m}[/]"))
+    res = run_speed_benchmark(
+        model,
+        texts,
+        include_torch=torch,
+        batch_size=batch_size,
+        threads=threads,
+        report=lambda m: console.print(f"[dim]{m}[/]"),
+    )
     t = Table(title=f"{res['model']}: {res['messages']} messages, {res['machine']['cpus']} CPUs")
-    for c in ("backend", "load s", "p50 ms", "p95 ms", "p99 ms", "batch msg/s", "RSS +MB", "p50 speed-up", "tput ratio"):
+    for c in (
+        "backend",
+        "load s",
+        "p50 ms",
+        "p95 ms",
+        "p99 ms",
+        "batch msg/s",
+        "RSS +MB",
+        "p50 speed-up",
+        "tput ratio",
+    ):
         t.add_column(c, justify="right" if c != "backend" else "left")
     for r in res["rows"]:
-        t.add_row(r["name"], f"{r['load_s']:.2f}", f"{r['p50_ms']:.2f}", f"{r['p95_ms']:.2f}", f"{r['p99_ms']:.2f}",
-                  f"{r['batch_msgs_per_s']:.0f}", f"{r['rss_added_mb']:.0f}",
-                  f"{r['speedup_p50_vs_setfit']:.1f}x" if "speedup_p50_vs_setfit" in r else "-",
-                  f"{r['throughput_vs_setfit']:.1f}x" if "throughput_vs_setfit" in r else "-")
+        t.add_row(
+            r["name"],
+            f"{r['load_s']:.2f}",
+            f"{r['p50_ms']:.2f}",
+            f"{r['p95_ms']:.2f}",
+            f"{r['p99_ms']:.2f}",
+            f"{r['batch_msgs_per_s']:.0f}",
+            f"{r['rss_added_mb']:.0f}",
+            f"{r['speedup_p50_vs_setfit']:.1f}x" if "speedup_p50_vs_setfit" in r else "-",
+            f"{r['throughput_vs_setfit']:.1f}x" if "throughput_vs_setfit" in r else "-",
+        )
     console.print(t)
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -446,25 +628,43 @@ def bench_speed(
         console.print(f"wrote {out}")
 
 
-
 @bench_app.command("dataset")
 def bench_dataset(
     name: Annotated[str, typer.Option(help="Benchmark: clinc150 or banking77.")],
-    path: Annotated[Path, typer.Option(help="CLINC150: data_full.json or its folder. BANKING77: folder with train.csv and test.csv.")],
-    shots: Annotated[Optional[int], typer.Option(help="Training rows per class, sampled per seed (0 or omitted: full train split).")] = None,
-    seeds: Annotated[int, typer.Option(help="Number of seeds (0..n-1); each draws its own k-shot sample and trains a model.")] = 3,
-    max_steps: Annotated[Optional[int], typer.Option(help="Contrastive steps per seed (default: the training default, 400).")] = None,
-    batch_size: Annotated[Optional[int], typer.Option(help="Pairs per contrastive step (default 32).")] = None,
-    base_model: Annotated[Optional[str], typer.Option(help="Sentence-transformers folder or hub name (default: packaged all-MiniLM-L6-v2).")] = None,
-    out: Annotated[Optional[Path], typer.Option(help="Write the results JSON here (also after each seed).")] = None,
+    path: Annotated[
+        Path,
+        typer.Option(
+            help="CLINC150: data_full.json or its folder. BANKING77: folder with train.csv and test.csv."
+        ),
+    ],
+    shots: Annotated[
+        int | None,
+        typer.Option(help="Training rows per class, sampled per seed (0 or omitted: full train split)."),
+    ] = None,
+    seeds: Annotated[
+        int,
+        typer.Option(help="Number of seeds (0..n-1); each draws its own k-shot sample and trains a model."),
+    ] = 3,
+    max_steps: Annotated[
+        int | None, typer.Option(help="Contrastive steps per seed (default: the training default, 400).")
+    ] = None,
+    batch_size: Annotated[int | None, typer.Option(help="Pairs per contrastive step (default 32).")] = None,
+    base_model: Annotated[
+        str | None,
+        typer.Option(help="Sentence-transformers folder or hub name (default: packaged all-MiniLM-L6-v2)."),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Write the results JSON here (also after each seed).")
+    ] = None,
 ) -> dict:
     """Train on a public benchmark (k-shot or full) per seed; report test accuracy mean ± std, and out-of-scope recall for CLINC150."""
-    from training.benchmarks import BENCHMARKS, BenchmarkDataError, format_summary, run_benchmark
     from rich.markup import escape
+
+    from training.benchmarks import BENCHMARKS, BenchmarkDataError, format_summary, run_benchmark
 
     if name not in BENCHMARKS:
         raise _fail(f"--name must be one of {', '.join(BENCHMARKS)}", code=2)
-    if shots is not None and shots < 0 or seeds < 1:
+    if (shots is not None and shots < 0) or seeds < 1:
         raise _fail("--shots must be >= 0 and --seeds >= 1", code=2)
     command = " ".join(["intent-router", *sys.argv[1:]]) if sys.argv[1:2] == ["bench"] else None
 
@@ -474,14 +674,24 @@ def bench_dataset(
             out.write_text(json.dumps({"command": command, **result}, indent=2) + "\n", encoding="utf-8")
 
     try:
-        result = run_benchmark(name, path, shots=shots, seeds=seeds, max_steps=max_steps, batch_size=batch_size,
-                               base_model=base_model, report=lambda m: console.print(f"[dim]{escape(m)}[/]", highlight=False),
-                               on_seed=save)
+        result = run_benchmark(
+            name,
+            path,
+            shots=shots,
+            seeds=seeds,
+            max_steps=max_steps,
+            batch_size=batch_size,
+            base_model=base_model,
+            report=lambda m: console.print(f"[dim]{escape(m)}[/]", highlight=False),
+            on_seed=save,
+        )
     except (BenchmarkDataError, ValueError, FileNotFoundError, RuntimeError) as e:
         raise _fail(str(e))
     save(result)
-    t = Table(title=f"{name} {f'{shots}-shot' if shots else 'full data'}, {seeds} seed(s), "
-                    f"{result['hyperparameters']['max_steps']} steps x {result['hyperparameters']['batch_size']} pairs")
+    t = Table(
+        title=f"{name} {f'{shots}-shot' if shots else 'full data'}, {seeds} seed(s), "
+        f"{result['hyperparameters']['max_steps']} steps x {result['hyperparameters']['batch_size']} pairs"
+    )
     t.add_column("metric")
     t.add_column("mean ± std (min-max)", justify="right")
     for row in format_summary(result):

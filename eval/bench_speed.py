@@ -11,8 +11,8 @@ import os
 import platform
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -29,8 +29,12 @@ def _rss_mb() -> float:
 
 def _percentiles(ms: Sequence[float]) -> dict[str, float]:
     a = np.asarray(ms)
-    return {"p50_ms": float(np.percentile(a, 50)), "p95_ms": float(np.percentile(a, 95)),
-            "p99_ms": float(np.percentile(a, 99)), "mean_ms": float(a.mean())}
+    return {
+        "p50_ms": float(np.percentile(a, 50)),
+        "p95_ms": float(np.percentile(a, 95)),
+        "p99_ms": float(np.percentile(a, 99)),
+        "mean_ms": float(a.mean()),
+    }
 
 
 def _time_single(fn: Callable[[str], object], texts: Sequence[str], warmup: int) -> list[float]:
@@ -44,12 +48,14 @@ def _time_single(fn: Callable[[str], object], texts: Sequence[str], warmup: int)
     return out
 
 
-def _throughput(fn: Callable[[list[str]], object], texts: Sequence[str], batch_size: int, min_seconds: float = 1.0) -> float:
+def _throughput(
+    fn: Callable[[list[str]], object], texts: Sequence[str], batch_size: int, min_seconds: float = 1.0
+) -> float:
     fn(list(texts[:batch_size]))  # warm-up
     n, t0 = 0, time.perf_counter()
     while True:
         for i in range(0, len(texts), batch_size):
-            chunk = list(texts[i:i + batch_size])
+            chunk = list(texts[i : i + batch_size])
             fn(chunk)
             n += len(chunk)
         elapsed = time.perf_counter() - t0
@@ -57,8 +63,15 @@ def _throughput(fn: Callable[[list[str]], object], texts: Sequence[str], batch_s
             return n / elapsed
 
 
-def bench_router(model_dir: str | Path, texts: Sequence[str], variant: str = "int8", role: str = "admin",
-                 batch_size: int = 64, warmup: int = 20, threads: int | None = None) -> dict:
+def bench_router(
+    model_dir: str | Path,
+    texts: Sequence[str],
+    variant: str = "int8",
+    role: str = "admin",
+    batch_size: int = 64,
+    warmup: int = 20,
+    threads: int | None = None,
+) -> dict:
     from router.routing import Router
 
     gc.collect()
@@ -68,11 +81,19 @@ def bench_router(model_dir: str | Path, texts: Sequence[str], variant: str = "in
     load_s = time.perf_counter() - t0
     single = _time_single(lambda t: router.route(t, role), texts, warmup)
     tput = _throughput(lambda b: router.route_batch(b, role), texts, batch_size)
-    return {"name": f"router onnx {variant}", "load_s": load_s, **_percentiles(single), "batch_msgs_per_s": tput,
-            "batch_size": batch_size, "rss_added_mb": _rss_mb() - rss0}
+    return {
+        "name": f"router onnx {variant}",
+        "load_s": load_s,
+        **_percentiles(single),
+        "batch_msgs_per_s": tput,
+        "batch_size": batch_size,
+        "rss_added_mb": _rss_mb() - rss0,
+    }
 
 
-def bench_setfit(checkpoint: str | Path, texts: Sequence[str], batch_size: int = 64, warmup: int = 20) -> dict:
+def bench_setfit(
+    checkpoint: str | Path, texts: Sequence[str], batch_size: int = 64, warmup: int = 20
+) -> dict:
     import torch
 
     from training.train import load_setfit
@@ -85,13 +106,26 @@ def bench_setfit(checkpoint: str | Path, texts: Sequence[str], batch_size: int =
     with torch.inference_mode():
         single = _time_single(lambda t: model.predict_proba([t]), texts, warmup)
         tput = _throughput(lambda b: model.predict_proba(b, batch_size=batch_size), texts, batch_size)
-    return {"name": "setfit pytorch predict_proba", "load_s": load_s, **_percentiles(single), "batch_msgs_per_s": tput,
-            "batch_size": batch_size, "rss_added_mb": _rss_mb() - rss0, "torch_threads": torch.get_num_threads()}
+    return {
+        "name": "setfit pytorch predict_proba",
+        "load_s": load_s,
+        **_percentiles(single),
+        "batch_msgs_per_s": tput,
+        "batch_size": batch_size,
+        "rss_added_mb": _rss_mb() - rss0,
+        "torch_threads": torch.get_num_threads(),
+    }
 
 
-def run_speed_benchmark(model_dir: str | Path, texts: Sequence[str], include_torch: bool = True,
-                        variants: Sequence[str] = ("int8", "fp32"), batch_size: int = 64,
-                        threads: int | None = None, report: Callable[[str], None] = print) -> dict:
+def run_speed_benchmark(
+    model_dir: str | Path,
+    texts: Sequence[str],
+    include_torch: bool = True,
+    variants: Sequence[str] = ("int8", "fp32"),
+    batch_size: int = 64,
+    threads: int | None = None,
+    report: Callable[[str], None] = print,
+) -> dict:
     """Benchmark every available backend on the same messages; ratios are against SetFit PyTorch."""
     from router.manifest import load_manifest
 
@@ -99,7 +133,11 @@ def run_speed_benchmark(model_dir: str | Path, texts: Sequence[str], include_tor
     manifest = load_manifest(model_dir)
     rows = []
     for v in variants:
-        if manifest.export and v in manifest.export.variants and (model_dir / manifest.export.variants[v].file.path).is_file():
+        if (
+            manifest.export
+            and v in manifest.export.variants
+            and (model_dir / manifest.export.variants[v].file.path).is_file()
+        ):
             report(f"benchmarking router onnx {v} ...")
             rows.append(bench_router(model_dir, texts, v, batch_size=batch_size, threads=threads))
         else:
@@ -120,7 +158,11 @@ def run_speed_benchmark(model_dir: str | Path, texts: Sequence[str], include_tor
         "model": manifest.model_id,
         "messages": len(texts),
         "mean_words": statistics.fmean(len(t.split()) for t in texts) if texts else 0,
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-                    "python": platform.python_version()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "processor": platform.processor() or platform.machine(),
+            "python": platform.python_version(),
+        },
         "rows": rows,
     }

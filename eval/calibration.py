@@ -55,7 +55,11 @@ def ece(probs: np.ndarray, y: np.ndarray, n_bins: int = 15) -> float:
     if total == 0:
         return 0.0
     return float(
-        sum(b["count"] / total * abs(b["accuracy"] - b["confidence"]) for b in reliability_bins(probs, y, n_bins) if b["count"])
+        sum(
+            b["count"] / total * abs(b["accuracy"] - b["confidence"])
+            for b in reliability_bins(probs, y, n_bins)
+            if b["count"]
+        )
     )
 
 
@@ -63,7 +67,7 @@ def summary(probs: np.ndarray, y: np.ndarray, n_bins: int = 15) -> dict[str, flo
     probs = np.asarray(probs)
     y = np.asarray(y)
     return {
-        "n": int(len(y)),
+        "n": len(y),
         "accuracy": float((probs.argmax(axis=1) == y).mean()) if len(y) else 0.0,
         "ece": ece(probs, y, n_bins),
         "nll": nll(probs, y),

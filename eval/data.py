@@ -9,14 +9,21 @@ problem. ``load_unlabeled`` reads the out-of-scope file: texts only, whitespace-
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
 
 from router.intents import INTENTS
 from router.manifest import sha256_file
 
-LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".ndjson": "json", ".csv": "csv", ".tsv": "csv", ".parquet": "parquet"}
+LOCAL_FORMATS = {
+    ".jsonl": "json",
+    ".json": "json",
+    ".ndjson": "json",
+    ".csv": "csv",
+    ".tsv": "csv",
+    ".parquet": "parquet",
+}
 MAX_SHOWN = 10
 
 
@@ -103,9 +110,17 @@ def load_labeled(
     _handle_problems(problems, source, skip_invalid)
     if not texts:
         raise DataError(f"{source}: no usable rows")
-    return LabeledData(texts=texts, labels=out_labels, source=str(source), format=fmt, rows=rows,
-                       lines=kept_lines if lines else None, split=split if fmt == "hub" else None,
-                       sha256=digest, skipped=problems)
+    return LabeledData(
+        texts=texts,
+        labels=out_labels,
+        source=str(source),
+        format=fmt,
+        rows=rows,
+        lines=kept_lines if lines else None,
+        split=split if fmt == "hub" else None,
+        sha256=digest,
+        skipped=problems,
+    )
 
 
 def load_unlabeled(
@@ -131,8 +146,16 @@ def load_unlabeled(
     _handle_problems(problems, source, skip_invalid)
     if not texts:
         raise DataError(f"{source}: no usable rows")
-    return UnlabeledData(texts=texts, source=str(source), format=fmt, rows=rows, lines=kept_lines if lines else None,
-                         split=split if fmt == "hub" else None, sha256=digest, skipped=problems)
+    return UnlabeledData(
+        texts=texts,
+        source=str(source),
+        format=fmt,
+        rows=rows,
+        lines=kept_lines if lines else None,
+        split=split if fmt == "hub" else None,
+        sha256=digest,
+        skipped=problems,
+    )
 
 
 def _absent(fmt: str) -> str:
@@ -155,8 +178,10 @@ def _handle_problems(problems: list[dict], source, skip_invalid: bool) -> None:
         return
     shown = "\n".join(f"  {_where(p['line'], p['row'])}: {p['reason']}" for p in problems[:MAX_SHOWN])
     more = f"\n  ... and {len(problems) - MAX_SHOWN} more" if len(problems) > MAX_SHOWN else ""
-    raise DataError(f"{source}: {len(problems)} invalid row(s):\n{shown}{more}\n"
-                    "(fix the data, or pass skip_invalid / --skip-invalid to leave these rows out)")
+    raise DataError(
+        f"{source}: {len(problems)} invalid row(s):\n{shown}{more}\n"
+        "(fix the data, or pass skip_invalid / --skip-invalid to leave these rows out)"
+    )
 
 
 def _require_columns(table, source, columns: list[str], kind: str | None) -> None:
@@ -164,7 +189,9 @@ def _require_columns(table, source, columns: list[str], kind: str | None) -> Non
     for c in columns:
         if c not in have:
             flag = "--label-column" if kind == "label" and c == columns[-1] else "--text-column"
-            raise DataError(f"{source}: no column {c!r} (columns: {', '.join(have) or 'none'}); name it with {flag}")
+            raise DataError(
+                f"{source}: no column {c!r} (columns: {', '.join(have) or 'none'}); name it with {flag}"
+            )
 
 
 def _class_label_names(table, column: str) -> list[str] | None:
@@ -188,7 +215,9 @@ def _load_table(source: str | Path, split: str | None):
                 raise DataError(f"{source}: file not found")
             builder = LOCAL_FORMATS.get(suffix)
             if builder is None:
-                raise DataError(f"{source}: unknown file type {suffix or '(none)'}; use one of {', '.join(sorted(LOCAL_FORMATS))}")
+                raise DataError(
+                    f"{source}: unknown file type {suffix or '(none)'}; use one of {', '.join(sorted(LOCAL_FORMATS))}"
+                )
             kwargs = {"delimiter": "\t"} if suffix == ".tsv" else {}
             try:
                 table = datasets.load_dataset(builder, data_files=str(path), split="train", **kwargs)
@@ -203,16 +232,19 @@ def _load_table(source: str | Path, split: str | None):
         except Exception as e:
             offline = _offline()
             hint = " (the Hub is offline: set HF_HUB_OFFLINE=0 to allow downloads)" if offline else ""
-            raise DataError(f"{source}: not a local file, and loading it as a Hub dataset (split "
-                            f"{split or 'test'!r}) failed{hint}: {_cause(e)}") from e
+            raise DataError(
+                f"{source}: not a local file, and loading it as a Hub dataset (split "
+                f"{split or 'test'!r}) failed{hint}: {_cause(e)}"
+            ) from e
         return table, "hub", None, None
 
 
 def _offline() -> bool:
     import os
 
-    return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes") or \
-        os.environ.get("HF_DATASETS_OFFLINE", "").lower() in ("1", "true", "yes")
+    return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes") or os.environ.get(
+        "HF_DATASETS_OFFLINE", ""
+    ).lower() in ("1", "true", "yes")
 
 
 def _cause(e: BaseException) -> str:

@@ -102,8 +102,10 @@ def write_baseline(report: dict, path: str | Path, **policy: float) -> Path:
 def load_baseline(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
-        raise GateError(f"baseline not found: {path} (create one with 'intent-router gate --report eval.json "
-                        f"--baseline {path} --write-baseline')")
+        raise GateError(
+            f"baseline not found: {path} (create one with 'intent-router gate --report eval.json "
+            f"--baseline {path} --write-baseline')"
+        )
     try:
         b = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
@@ -116,7 +118,9 @@ def check_baseline(b: dict, where: str = "baseline") -> None:
     if not isinstance(b, dict) or b.get("kind") != BASELINE_KIND:
         raise GateError(f"{where} is not an intent-router baseline (kind must be {BASELINE_KIND!r})")
     if b.get("schema_version") != BASELINE_VERSION:
-        raise GateError(f"{where}: baseline schema_version {b.get('schema_version')!r} is not supported (expected {BASELINE_VERSION})")
+        raise GateError(
+            f"{where}: baseline schema_version {b.get('schema_version')!r} is not supported (expected {BASELINE_VERSION})"
+        )
     for key in ("threshold", "metrics", "tolerances", "class_f1_floors", "ece_ceiling"):
         if key not in b:
             raise GateError(f"{where}: missing {key!r}")
@@ -156,22 +160,50 @@ def run_gate(report: dict, baseline: dict) -> list[Check]:
         value = pc["f1"] if pc else None
         ok = value is not None and value >= floor - 1e-12
         detail = "floor" if pc else "class missing from the report"
-        checks.append(Check(f"f1[{label}]", value, ">=", floor, bm.get("class_f1", {}).get(label), ok, detail))
+        checks.append(
+            Check(f"f1[{label}]", value, ">=", floor, bm.get("class_f1", {}).get(label), ok, detail)
+        )
 
     ceiling = baseline["ece_ceiling"]
-    checks.append(Check("ece", cal["ece"], "<=", ceiling, bm.get("ece"), cal["ece"] is not None and cal["ece"] <= ceiling + 1e-12,
-                        "ceiling"))
+    checks.append(
+        Check(
+            "ece",
+            cal["ece"],
+            "<=",
+            ceiling,
+            bm.get("ece"),
+            cal["ece"] is not None and cal["ece"] <= ceiling + 1e-12,
+            "ceiling",
+        )
+    )
 
     tau = baseline["threshold"]
     value, found = _accepted_accuracy_at(report, tau)
     name = f"accepted_accuracy@{tau:g}"
     if not found:
-        checks.append(Check(name, None, ">=", None, bm["accepted_accuracy"], False, f"the report has no row for tau {tau:g}"))
+        checks.append(
+            Check(
+                name,
+                None,
+                ">=",
+                None,
+                bm["accepted_accuracy"],
+                False,
+                f"the report has no row for tau {tau:g}",
+            )
+        )
     elif bm["accepted_accuracy"] is None:
-        checks.append(Check(name, value, ">=", None, None, True, "baseline accepted nothing at this tau: not checked"))
+        checks.append(
+            Check(name, value, ">=", None, None, True, "baseline accepted nothing at this tau: not checked")
+        )
     else:
-        at_least(name, value, bm["accepted_accuracy"], tol["accepted_accuracy"],
-                 f"tol {tol['accepted_accuracy']:g}" + ("" if value is not None else "; nothing accepted"))
+        at_least(
+            name,
+            value,
+            bm["accepted_accuracy"],
+            tol["accepted_accuracy"],
+            f"tol {tol['accepted_accuracy']:g}" + ("" if value is not None else "; nothing accepted"),
+        )
     return checks
 
 
@@ -183,8 +215,14 @@ def gate_notes(report: dict, baseline: dict) -> list[str]:
     """Differences that do not fail the gate but make the comparison less direct."""
     notes = []
     src = baseline.get("source", {})
-    if src.get("data_sha256") and report["data"].get("sha256") and src["data_sha256"] != report["data"]["sha256"]:
-        notes.append(f"the evaluation data differs from the baseline's ({report['data']['source']} vs {src.get('data')})")
+    if (
+        src.get("data_sha256")
+        and report["data"].get("sha256")
+        and src["data_sha256"] != report["data"]["sha256"]
+    ):
+        notes.append(
+            f"the evaluation data differs from the baseline's ({report['data']['source']} vs {src.get('data')})"
+        )
     if src.get("backend") and src["backend"] != report["model"]["backend"]:
         notes.append(f"backend {report['model']['backend']} vs the baseline's {src['backend']}")
     if abs(report["threshold"] - baseline["threshold"]) > 1e-9:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -24,14 +24,18 @@ def sample_evenly(texts: Sequence[str], k: int) -> list[str]:
     return [texts[i] for i in np.linspace(0, len(texts) - 1, k).round().astype(int)]
 
 
-def measure_latency(predictor, texts: Sequence[str], max_samples: int = DEFAULT_SAMPLES,
-                    batch_size: int = DEFAULT_BATCH) -> dict:
+def measure_latency(
+    predictor, texts: Sequence[str], max_samples: int = DEFAULT_SAMPLES, batch_size: int = DEFAULT_BATCH
+) -> dict:
     """``single``: wall time of ``predictor.classify(text)`` per message (p50/p95/p99 in ms) over up to
     ``max_samples`` messages after a short warm-up; ``batch``: messages per second classifying those
     messages in batches of ``batch_size``."""
     sample = sample_evenly(texts, max_samples)
     if not sample:
-        return {"single": percentiles([]), "batch": {"n": 0, "batch_size": batch_size, "seconds": None, "messages_per_second": None}}
+        return {
+            "single": percentiles([]),
+            "batch": {"n": 0, "batch_size": batch_size, "seconds": None, "messages_per_second": None},
+        }
     for t in sample[:WARMUP]:
         predictor.classify(t)
     times = []
@@ -41,10 +45,14 @@ def measure_latency(predictor, texts: Sequence[str], max_samples: int = DEFAULT_
         times.append((time.perf_counter() - t0) * 1000)
     t0 = time.perf_counter()
     for i in range(0, len(sample), batch_size):
-        predictor.predict_proba(sample[i:i + batch_size])
+        predictor.predict_proba(sample[i : i + batch_size])
     seconds = time.perf_counter() - t0
     return {
         "single": percentiles(times),
-        "batch": {"n": len(sample), "batch_size": batch_size, "seconds": round(seconds, 4),
-                  "messages_per_second": round(len(sample) / seconds, 2) if seconds > 0 else None},
+        "batch": {
+            "n": len(sample),
+            "batch_size": batch_size,
+            "seconds": round(seconds, 4),
+            "messages_per_second": round(len(sample) / seconds, 2) if seconds > 0 else None,
+        },
     }

@@ -26,7 +26,15 @@ def _cell(text: str, limit: int = 120) -> str:
 
 
 def _numeric(cell) -> bool:
-    t = str(cell).strip("*%").replace(" / ", "").replace(" msg/s", "").replace("-", "").replace(".", "").replace(" ", "")
+    t = (
+        str(cell)
+        .strip("*%")
+        .replace(" / ", "")
+        .replace(" msg/s", "")
+        .replace("-", "")
+        .replace(".", "")
+        .replace(" ", "")
+    )
     return t == "" or t.isdigit()
 
 
@@ -66,33 +74,70 @@ def render_markdown(report: dict, plots: bool = True) -> str:
         [f"sent to verifier at tau {tau:g}", _pct(at["to_verifier_share"])],
     ]
     if report.get("oos"):
-        summary.append([f"out-of-scope recall (below tau, n={report['oos']['n']})", _pct(report["oos"]["recall"])])
+        summary.append(
+            [f"out-of-scope recall (below tau, n={report['oos']['n']})", _pct(report["oos"]["recall"])]
+        )
     lat = report.get("latency")
     if lat:
         s = lat["single"]
-        summary.append(["latency p50 / p95 / p99 (ms, one message)", f"{_f(s['p50_ms'], 2)} / {_f(s['p95_ms'], 2)} / {_f(s['p99_ms'], 2)}"])
-        summary.append([f"throughput (batch {lat['batch']['batch_size']})", f"{_f(lat['batch']['messages_per_second'], 1)} msg/s"])
+        summary.append(
+            [
+                "latency p50 / p95 / p99 (ms, one message)",
+                f"{_f(s['p50_ms'], 2)} / {_f(s['p95_ms'], 2)} / {_f(s['p99_ms'], 2)}",
+            ]
+        )
+        summary.append(
+            [
+                f"throughput (batch {lat['batch']['batch_size']})",
+                f"{_f(lat['batch']['messages_per_second'], 1)} msg/s",
+            ]
+        )
     lines += _table(["metric", "value"], summary)
 
     lines += ["## Per class", ""]
-    lines += _table(["label", "precision", "recall", "F1", "support"],
-                    [[l, _f(v["precision"]), _f(v["recall"]), _f(v["f1"]), v["support"]] for l, v in c["per_class"].items()])
+    lines += _table(
+        ["label", "precision", "recall", "F1", "support"],
+        [
+            [l, _f(v["precision"]), _f(v["recall"]), _f(v["f1"]), v["support"]]
+            for l, v in c["per_class"].items()
+        ],
+    )
 
     cm = c["confusion_matrix"]
     lines += ["## Confusion matrix", "", "Rows: true label; columns: predicted.", ""]
-    lines += _table(["true \\ predicted", *cm["labels"]], [[l, *row] for l, row in zip(cm["labels"], cm["matrix"])])
+    lines += _table(
+        ["true \\ predicted", *cm["labels"]], [[l, *row] for l, row in zip(cm["labels"], cm["matrix"])]
+    )
     if plots:
         lines += [f"![confusion matrix]({PLOT_FILES['confusion_matrix']})", ""]
 
-    lines += ["## Calibration", "", f"ECE {_f(cal['ece'])} over {cal['n_bins']} equal-width bins, NLL {_f(cal['nll'])}, Brier {_f(cal['brier'])}.", ""]
-    lines += _table(["confidence bin", "messages", "mean confidence", "accuracy"],
-                    [[f"{b['lower']:.2f}-{b['upper']:.2f}", b["count"], _f(b["confidence"]), _f(b["accuracy"])] for b in cal["bins"] if b["count"]])
+    lines += [
+        "## Calibration",
+        "",
+        f"ECE {_f(cal['ece'])} over {cal['n_bins']} equal-width bins, NLL {_f(cal['nll'])}, Brier {_f(cal['brier'])}.",
+        "",
+    ]
+    lines += _table(
+        ["confidence bin", "messages", "mean confidence", "accuracy"],
+        [
+            [f"{b['lower']:.2f}-{b['upper']:.2f}", b["count"], _f(b["confidence"]), _f(b["accuracy"])]
+            for b in cal["bins"]
+            if b["count"]
+        ],
+    )
     if plots:
         lines += [f"![reliability diagram]({PLOT_FILES['reliability']})", ""]
 
-    lines += ["## Threshold sweep", "", "Accepted: confidence >= tau; the rest go to the verifier (or the fallback).", ""]
+    lines += [
+        "## Threshold sweep",
+        "",
+        "Accepted: confidence >= tau; the rest go to the verifier (or the fallback).",
+        "",
+    ]
     has_oos = any(r.get("oos_recall") is not None for r in th["sweep"])
-    header = ["tau", "accepted", "accuracy of accepted", "to verifier"] + (["out-of-scope recall"] if has_oos else [])
+    header = ["tau", "accepted", "accuracy of accepted", "to verifier"] + (
+        ["out-of-scope recall"] if has_oos else []
+    )
     rows = []
     for r in th["sweep"]:
         tau_cell = f"**{r['tau']:g}**" if abs(r["tau"] - tau) < 1e-9 else f"{r['tau']:g}"
@@ -104,42 +149,83 @@ def render_markdown(report: dict, plots: bool = True) -> str:
 
     o = report.get("oos")
     if o:
-        lines += ["## Out of scope", "",
-                  f"`{o['source']}`: {o['n']} messages. Below tau {tau:g}: {_pct(o['recall'])} "
-                  f"(mean confidence {_f(o['mean_confidence'])}). With the router's guardrail "
-                  f"({_pct(o.get('guardrail_share'))} stopped before the classifier): {_pct(o.get('router_recall'))} not accepted.", ""]
+        lines += [
+            "## Out of scope",
+            "",
+            f"`{o['source']}`: {o['n']} messages. Below tau {tau:g}: {_pct(o['recall'])} "
+            f"(mean confidence {_f(o['mean_confidence'])}). With the router's guardrail "
+            f"({_pct(o.get('guardrail_share'))} stopped before the classifier): {_pct(o.get('router_recall'))} not accepted.",
+            "",
+        ]
         if o["accepted_examples"]:
             lines += ["Accepted as an intent (most confident first):", ""]
-            lines += _table(["row", "text", "predicted", "confidence"],
-                            [[e["row"], _cell(e["text"]), e["predicted"], _f(e["confidence"])] for e in o["accepted_examples"]])
+            lines += _table(
+                ["row", "text", "predicted", "confidence"],
+                [
+                    [e["row"], _cell(e["text"]), e["predicted"], _f(e["confidence"])]
+                    for e in o["accepted_examples"]
+                ],
+            )
 
     v = report.get("verifier")
     if v:
-        lines += ["## Verifier lift", "",
-                  f"Verifier `{v['verifier']}` on the {v['n_verified']} of {v['n_below']} messages below tau {v['tau']:g}.", ""]
-        lines += _table(["", "value"], [
-            ["classifier alone: accuracy", _f(v["classifier_accuracy"])],
-            ["with verifier: accuracy (failures count wrong)", _f(v["verifier_accuracy"])],
-            ["lift", _f(v["lift"])],
-            ["verifier answered / failed", f"{v['answered']} / {v['failed']}"],
-            ["accuracy of verifier answers", _f(v["verifier_accuracy_answered"])],
-            ["end-to-end accuracy (accepted + verified)", _f(v["end_to_end_accuracy"])],
-            ["verifier latency p50 / p95 (ms)", f"{_f(v['latency']['p50_ms'], 1)} / {_f(v['latency']['p95_ms'], 1)}"],
-        ])
+        lines += [
+            "## Verifier lift",
+            "",
+            f"Verifier `{v['verifier']}` on the {v['n_verified']} of {v['n_below']} messages below tau {v['tau']:g}.",
+            "",
+        ]
+        lines += _table(
+            ["", "value"],
+            [
+                ["classifier alone: accuracy", _f(v["classifier_accuracy"])],
+                ["with verifier: accuracy (failures count wrong)", _f(v["verifier_accuracy"])],
+                ["lift", _f(v["lift"])],
+                ["verifier answered / failed", f"{v['answered']} / {v['failed']}"],
+                ["accuracy of verifier answers", _f(v["verifier_accuracy_answered"])],
+                ["end-to-end accuracy (accepted + verified)", _f(v["end_to_end_accuracy"])],
+                [
+                    "verifier latency p50 / p95 (ms)",
+                    f"{_f(v['latency']['p50_ms'], 1)} / {_f(v['latency']['p95_ms'], 1)}",
+                ],
+            ],
+        )
 
     lat = report.get("latency")
     if lat:
         s, b = lat["single"], lat["batch"]
-        lines += ["## Latency", "",
-                  f"One message at a time, {s['n']} messages: p50 {_f(s['p50_ms'], 3)} ms, p95 {_f(s['p95_ms'], 3)} ms, "
-                  f"p99 {_f(s['p99_ms'], 3)} ms, max {_f(s['max_ms'], 3)} ms. Batches of {b['batch_size']}: "
-                  f"{_f(b['messages_per_second'], 1)} messages/s. ({report['environment']['cpus']} CPUs, {report['environment']['platform']})", ""]
+        lines += [
+            "## Latency",
+            "",
+            f"One message at a time, {s['n']} messages: p50 {_f(s['p50_ms'], 3)} ms, p95 {_f(s['p95_ms'], 3)} ms, "
+            f"p99 {_f(s['p99_ms'], 3)} ms, max {_f(s['max_ms'], 3)} ms. Batches of {b['batch_size']}: "
+            f"{_f(b['messages_per_second'], 1)} messages/s. ({report['environment']['cpus']} CPUs, {report['environment']['platform']})",
+            "",
+        ]
 
     mis = report["misclassified"]
-    lines += ["## Misclassified", "", f"{len(mis)} of {d['n']} messages; most confident first"
-              + (f" (first {MAX_ROWS} shown; all in eval.json)" if len(mis) > MAX_ROWS else "") + ".", ""]
+    lines += [
+        "## Misclassified",
+        "",
+        f"{len(mis)} of {d['n']} messages; most confident first"
+        + (f" (first {MAX_ROWS} shown; all in eval.json)" if len(mis) > MAX_ROWS else "")
+        + ".",
+        "",
+    ]
     if mis:
-        lines += _table(["where", "text", "label", "predicted", "confidence", "p(label)", "accepted"],
-                        [[e.get("where") or e["row"], _cell(e["text"]), e["label"], e["predicted"], _f(e["confidence"]),
-                          _f(e["label_probability"]), "yes" if e["accepted"] else "no"] for e in mis[:MAX_ROWS]])
+        lines += _table(
+            ["where", "text", "label", "predicted", "confidence", "p(label)", "accepted"],
+            [
+                [
+                    e.get("where") or e["row"],
+                    _cell(e["text"]),
+                    e["label"],
+                    e["predicted"],
+                    _f(e["confidence"]),
+                    _f(e["label_probability"]),
+                    "yes" if e["accepted"] else "no",
+                ]
+                for e in mis[:MAX_ROWS]
+            ],
+        )
     return "\n".join(lines).rstrip() + "\n"

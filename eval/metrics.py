@@ -8,7 +8,7 @@ confidence >= tau (the router's rule); the rest go to the verifier (or the fallb
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -33,23 +33,36 @@ def classification_metrics(y_true: Sequence[int], y_pred: Sequence[int], labels:
     ids = list(range(len(labels)))
     p, r, f, s = precision_recall_fscore_support(y_true, y_pred, labels=ids, zero_division=0)
     per_class = {
-        l: {"precision": _r(p[i]), "recall": _r(r[i]), "f1": _r(f[i]), "support": int(s[i])} for i, l in enumerate(labels)
+        l: {"precision": _r(p[i]), "recall": _r(r[i]), "f1": _r(f[i]), "support": int(s[i])}
+        for i, l in enumerate(labels)
     }
     return {
-        "n": int(len(y_true)),
+        "n": len(y_true),
         "accuracy": _r(accuracy_score(y_true, y_pred)),
         # Over the labels present in the data or the predictions (scikit-learn's default).
         "macro_f1": _r(f1_score(y_true, y_pred, average="macro", zero_division=0)),
         "weighted_f1": _r(f1_score(y_true, y_pred, labels=ids, average="weighted", zero_division=0)),
         "per_class": per_class,
-        "confusion_matrix": {"labels": list(labels), "matrix": confusion_matrix(y_true, y_pred, labels=ids).tolist()},
+        "confusion_matrix": {
+            "labels": list(labels),
+            "matrix": confusion_matrix(y_true, y_pred, labels=ids).tolist(),
+        },
     }
 
 
 def calibration_metrics(probs: np.ndarray, y: Sequence[int], n_bins: int = DEFAULT_BINS) -> dict:
     probs, y = np.asarray(probs, dtype=np.float64), np.asarray(y, dtype=int)
-    bins = [{**b, "confidence": _r(b["confidence"]), "accuracy": _r(b["accuracy"])} for b in reliability_bins(probs, y, n_bins)]
-    return {"n_bins": n_bins, "ece": _r(ece(probs, y, n_bins)), "nll": _r(nll(probs, y)), "brier": _r(brier(probs, y)), "bins": bins}
+    bins = [
+        {**b, "confidence": _r(b["confidence"]), "accuracy": _r(b["accuracy"])}
+        for b in reliability_bins(probs, y, n_bins)
+    ]
+    return {
+        "n_bins": n_bins,
+        "ece": _r(ece(probs, y, n_bins)),
+        "nll": _r(nll(probs, y)),
+        "brier": _r(brier(probs, y)),
+        "bins": bins,
+    }
 
 
 def at_threshold(probs: np.ndarray, y: Sequence[int], tau: float) -> dict:
@@ -69,8 +82,12 @@ def at_threshold(probs: np.ndarray, y: Sequence[int], tau: float) -> dict:
     }
 
 
-def threshold_sweep(probs: np.ndarray, y: Sequence[int], taus: Sequence[float] = DEFAULT_TAUS,
-                    oos_probs: np.ndarray | None = None) -> list[dict]:
+def threshold_sweep(
+    probs: np.ndarray,
+    y: Sequence[int],
+    taus: Sequence[float] = DEFAULT_TAUS,
+    oos_probs: np.ndarray | None = None,
+) -> list[dict]:
     """One ``at_threshold`` row per tau (sorted, deduplicated); with ``oos_probs`` each row also has the
     out-of-scope recall at that tau."""
     rows = []
@@ -104,23 +121,32 @@ def oos_recall(oos_probs: np.ndarray, tau: float, low_signal: Sequence[bool] | N
     return out
 
 
-def misclassified(texts: Sequence[str], y: Sequence[int], probs: np.ndarray, labels: Sequence[str], tau: float,
-                  rows: Sequence[int] | None = None, where: Sequence[str] | None = None) -> list[dict]:
+def misclassified(
+    texts: Sequence[str],
+    y: Sequence[int],
+    probs: np.ndarray,
+    labels: Sequence[str],
+    tau: float,
+    rows: Sequence[int] | None = None,
+    where: Sequence[str] | None = None,
+) -> list[dict]:
     """Wrong top-1 predictions, most confident first (confident mistakes pass the threshold unchecked)."""
     probs, y = np.asarray(probs, dtype=np.float64), np.asarray(y, dtype=int)
     pred, conf = probs.argmax(axis=1), probs.max(axis=1)
     out = []
     for i in np.flatnonzero(pred != y):
-        out.append({
-            "row": int(rows[i]) if rows is not None else int(i) + 1,
-            "where": where[i] if where is not None else None,
-            "text": texts[i],
-            "label": labels[y[i]],
-            "predicted": labels[pred[i]],
-            "confidence": _r(conf[i]),
-            "label_probability": _r(probs[i, y[i]]),
-            "accepted": bool(conf[i] >= tau),
-        })
+        out.append(
+            {
+                "row": int(rows[i]) if rows is not None else int(i) + 1,
+                "where": where[i] if where is not None else None,
+                "text": texts[i],
+                "label": labels[y[i]],
+                "predicted": labels[pred[i]],
+                "confidence": _r(conf[i]),
+                "label_probability": _r(probs[i, y[i]]),
+                "accepted": bool(conf[i] >= tau),
+            }
+        )
     out.sort(key=lambda e: (-e["confidence"], e["row"]))
     return out
 
@@ -130,5 +156,11 @@ def percentiles(values_ms: Sequence[float]) -> dict:
     if len(v) == 0:
         return {"n": 0, "p50_ms": None, "p95_ms": None, "p99_ms": None, "mean_ms": None, "max_ms": None}
     p50, p95, p99 = np.percentile(v, [50, 95, 99])
-    return {"n": int(len(v)), "p50_ms": _r(p50, 4), "p95_ms": _r(p95, 4), "p99_ms": _r(p99, 4),
-            "mean_ms": _r(v.mean(), 4), "max_ms": _r(v.max(), 4)}
+    return {
+        "n": len(v),
+        "p50_ms": _r(p50, 4),
+        "p95_ms": _r(p95, 4),
+        "p99_ms": _r(p99, 4),
+        "mean_ms": _r(v.mean(), 4),
+        "max_ms": _r(v.max(), 4),
+    }

@@ -6,7 +6,11 @@ from pathlib import Path
 
 import numpy as np
 
-PLOT_FILES = {"confusion_matrix": "confusion_matrix.png", "reliability": "reliability.png", "thresholds": "thresholds.png"}
+PLOT_FILES = {
+    "confusion_matrix": "confusion_matrix.png",
+    "reliability": "reliability.png",
+    "thresholds": "thresholds.png",
+}
 DPI = 110
 
 
@@ -39,8 +43,15 @@ def plot_confusion_matrix(report: dict, path: str | Path) -> Path:
     ax.set_ylabel("true")
     for i in range(k):
         for j in range(k):
-            ax.text(j, i, f"{int(matrix[i, j])}", ha="center", va="center",
-                    color="white" if share[i, j] > 0.5 else "black", fontsize=9)
+            ax.text(
+                j,
+                i,
+                f"{int(matrix[i, j])}",
+                ha="center",
+                va="center",
+                color="white" if share[i, j] > 0.5 else "black",
+                fontsize=9,
+            )
     fig.colorbar(im, ax=ax, label="share of the true class")
     ax.set_title(_title(report, "Confusion matrix"), fontsize=10)
     fig.savefig(path)
@@ -61,10 +72,28 @@ def plot_reliability(report: dict, path: str | Path) -> Path:
     fig = _figure(6.0, 6.5)
     ax, hist = fig.subplots(2, 1, sharex=True, height_ratios=[3, 1])
     ax.plot([0, 1], [0, 1], "--", color="grey", lw=1, label="perfect calibration")
-    ax.bar(lower, np.where(used, acc, 0), width=width, align="edge", edgecolor="black", color="#4C72B0", alpha=0.85, label="accuracy")
+    ax.bar(
+        lower,
+        np.where(used, acc, 0),
+        width=width,
+        align="edge",
+        edgecolor="black",
+        color="#4C72B0",
+        alpha=0.85,
+        label="accuracy",
+    )
     gap_bottom = np.minimum(acc, conf)
-    ax.bar(lower, np.where(used, np.abs(conf - acc), 0), bottom=gap_bottom, width=width, align="edge",
-           color="#DD8452", alpha=0.45, hatch="//", label="gap to confidence")
+    ax.bar(
+        lower,
+        np.where(used, np.abs(conf - acc), 0),
+        bottom=gap_bottom,
+        width=width,
+        align="edge",
+        color="#DD8452",
+        alpha=0.45,
+        hatch="//",
+        label="gap to confidence",
+    )
     tau = report.get("threshold")
     if tau is not None:
         ax.axvline(tau, color="red", lw=1, ls=":", label=f"tau = {tau:g}")
@@ -72,7 +101,10 @@ def plot_reliability(report: dict, path: str | Path) -> Path:
     ax.set_ylim(0, 1)
     ax.set_ylabel("accuracy")
     ax.legend(loc="upper left", fontsize=8)
-    ax.set_title(f"{_title(report, 'Reliability')}\nECE {cal['ece']:.4f}, NLL {cal['nll']:.4f}, Brier {cal['brier']:.4f}", fontsize=10)
+    ax.set_title(
+        f"{_title(report, 'Reliability')}\nECE {cal['ece']:.4f}, NLL {cal['nll']:.4f}, Brier {cal['brier']:.4f}",
+        fontsize=10,
+    )
     hist.bar(lower, counts, width=width, align="edge", color="grey", edgecolor="black")
     hist.set_xlabel("confidence (top-1 probability)")
     hist.set_ylabel("messages")

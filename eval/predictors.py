@@ -10,8 +10,9 @@ export, or a bare SetFit checkpoint, through PyTorch (``training.train``). ``bac
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -33,8 +34,7 @@ class Predictor(Protocol):
         """Calibrated probabilities, shape (n, len(labels))."""
         ...
 
-    def classify(self, text: str) -> Classification:
-        ...
+    def classify(self, text: str) -> Classification: ...
 
 
 def classification_from_probs(labels: Sequence[str], row: np.ndarray) -> Classification:
@@ -46,7 +46,9 @@ def classification_from_probs(labels: Sequence[str], row: np.ndarray) -> Classif
 class OnnxPredictor:
     backend = "onnx"
 
-    def __init__(self, model_dir: str | Path, variant: str | None = None, manifest: Manifest | None = None) -> None:
+    def __init__(
+        self, model_dir: str | Path, variant: str | None = None, manifest: Manifest | None = None
+    ) -> None:
         self.classifier = Classifier(model_dir, variant=variant, manifest=manifest)
         self.labels = list(self.classifier.labels)
         self.variant = self.classifier.variant
@@ -73,12 +75,18 @@ class TorchPredictor:
         self.labels = head_labels(self.model)
         self.manifest = manifest
         if manifest is not None and list(manifest.labels) != self.labels:
-            raise ModelError(f"{checkpoint}: head label order {self.labels} differs from the manifest's {manifest.labels}")
+            raise ModelError(
+                f"{checkpoint}: head label order {self.labels} differs from the manifest's {manifest.labels}"
+            )
         cal = manifest.calibration if manifest is not None else None
         # Without a manifest there is no fitted temperature: probabilities are the raw head's (T = 1).
         self.temperature = cal.temperature if cal is not None else 1.0
         self.calibrated = cal is not None
-        self.model_id = f"{manifest.model_id}/torch" if manifest is not None else f"{self.checkpoint.resolve().name}/torch"
+        self.model_id = (
+            f"{manifest.model_id}/torch"
+            if manifest is not None
+            else f"{self.checkpoint.resolve().name}/torch"
+        )
 
     def predict_proba(self, texts: Sequence[str]) -> np.ndarray:
         from training.train import calibrated_probs
@@ -112,7 +120,9 @@ def load_predictor(model: str | Path, backend: str = "auto", variant: str | None
         elif manifest is not None or _is_setfit_checkpoint(path):
             backend = "torch"
         else:
-            raise ModelError(f"{path}: neither a model directory (no {MANIFEST_NAME}) nor a SetFit checkpoint")
+            raise ModelError(
+                f"{path}: neither a model directory (no {MANIFEST_NAME}) nor a SetFit checkpoint"
+            )
 
     if backend == "onnx":
         if manifest is None:
@@ -124,8 +134,10 @@ def load_predictor(model: str | Path, backend: str = "auto", variant: str | None
     if manifest is not None:
         ckpt = path / str(manifest.training.get("checkpoint", DEFAULT_CHECKPOINT))
         if not _is_setfit_checkpoint(ckpt):
-            raise ModelError(f"{ckpt}: no SetFit checkpoint (exported model directories ship without one; "
-                             "evaluate the training output, or use the onnx backend)")
+            raise ModelError(
+                f"{ckpt}: no SetFit checkpoint (exported model directories ship without one; "
+                "evaluate the training output, or use the onnx backend)"
+            )
         return TorchPredictor(ckpt, manifest=manifest)
     if not _is_setfit_checkpoint(path):
         raise ModelError(f"{path}: not a SetFit checkpoint (no config_setfit.json or model_head.pkl)")

@@ -10,16 +10,22 @@ from __future__ import annotations
 import json
 import os
 import platform
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
 from eval.data import load_labeled, load_unlabeled
 from eval.latency import DEFAULT_SAMPLES, measure_latency
 from eval.metrics import (
-    DEFAULT_BINS, DEFAULT_TAUS, at_threshold, calibration_metrics, classification_metrics, misclassified, oos_recall,
+    DEFAULT_BINS,
+    DEFAULT_TAUS,
+    at_threshold,
+    calibration_metrics,
+    classification_metrics,
+    misclassified,
+    oos_recall,
     threshold_sweep,
 )
 from eval.predictors import Predictor, load_predictor
@@ -33,7 +39,16 @@ SCHEMA_PATH = Path(__file__).resolve().parent / "schema" / "eval_report.schema.j
 REPORT_FILES = {"json": "eval.json", "markdown": "report.md"}
 PREDICT_BATCH = 64
 MAX_OOS_ACCEPTED = 50
-VERSIONED_PACKAGES = ("onnxruntime", "tokenizers", "numpy", "scikit-learn", "torch", "setfit", "sentence-transformers", "datasets")
+VERSIONED_PACKAGES = (
+    "onnxruntime",
+    "tokenizers",
+    "numpy",
+    "scikit-learn",
+    "torch",
+    "setfit",
+    "sentence-transformers",
+    "datasets",
+)
 
 
 def default_threshold() -> float:
@@ -41,8 +56,12 @@ def default_threshold() -> float:
     return RouterConfig.load().threshold
 
 
-def predict_in_batches(predictor: Predictor, texts: Sequence[str], batch_size: int = PREDICT_BATCH) -> np.ndarray:
-    parts = [predictor.predict_proba(list(texts[i:i + batch_size])) for i in range(0, len(texts), batch_size)]
+def predict_in_batches(
+    predictor: Predictor, texts: Sequence[str], batch_size: int = PREDICT_BATCH
+) -> np.ndarray:
+    parts = [
+        predictor.predict_proba(list(texts[i : i + batch_size])) for i in range(0, len(texts), batch_size)
+    ]
     return np.concatenate(parts, axis=0) if parts else np.zeros((0, len(predictor.labels)))
 
 
@@ -79,8 +98,14 @@ def run_evaluation(
             raise ValueError("give a model path or a predictor")
         predictor = load_predictor(model, backend=backend, variant=variant)
     labels = list(predictor.labels)
-    ds = load_labeled(data, labels=labels, text_column=text_column, label_column=label_column, split=split,
-                      skip_invalid=skip_invalid)
+    ds = load_labeled(
+        data,
+        labels=labels,
+        text_column=text_column,
+        label_column=label_column,
+        split=split,
+        skip_invalid=skip_invalid,
+    )
     index = {l: i for i, l in enumerate(labels)}
     y = np.array([index[l] for l in ds.labels], dtype=int)
     probs = predict_in_batches(predictor, ds.texts)
@@ -103,30 +128,44 @@ def run_evaluation(
         "kind": REPORT_KIND,
         "created_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "model": _model_section(model, predictor),
-        "data": {**_source(ds), "text_column": text_column, "label_column": label_column,
-                 "label_counts": {l: int((y == i).sum()) for i, l in enumerate(labels)}},
+        "data": {
+            **_source(ds),
+            "text_column": text_column,
+            "label_column": label_column,
+            "label_counts": {l: int((y == i).sum()) for i, l in enumerate(labels)},
+        },
         "threshold": round(tau, 4),
         "classification": classification_metrics(y, probs.argmax(axis=1), labels),
         "calibration": calibration_metrics(probs, y, n_bins),
         "thresholds": {"tau": round(tau, 4), "at_tau": at_tau, "sweep": sweep},
         "oos": oos_section,
-        "latency": measure_latency(predictor, ds.texts, max_latency_samples) if max_latency_samples > 0 else None,
-        "misclassified": misclassified(ds.texts, y, probs, labels, tau, rows=ds.rows,
-                                       where=[ds.where(i) for i in range(len(ds))]),
+        "latency": measure_latency(predictor, ds.texts, max_latency_samples)
+        if max_latency_samples > 0
+        else None,
+        "misclassified": misclassified(
+            ds.texts, y, probs, labels, tau, rows=ds.rows, where=[ds.where(i) for i in range(len(ds))]
+        ),
         "verifier": None,
         "environment": _environment(),
     }
     if verifier is not None:
         from eval.verifier_lift import verifier_lift
 
-        report["verifier"] = verifier_lift(verifier, ds.texts, y, probs, labels, tau, max_messages=verifier_max,
-                                           describe=verifier_name)
+        report["verifier"] = verifier_lift(
+            verifier, ds.texts, y, probs, labels, tau, max_messages=verifier_max, describe=verifier_name
+        )
     return report
 
 
 def _source(ds) -> dict:
-    return {"source": ds.source, "format": ds.format, "split": ds.split, "sha256": ds.sha256, "n": len(ds),
-            "skipped": [{"row": p["row"], "line": p["line"], "reason": p["reason"]} for p in ds.skipped]}
+    return {
+        "source": ds.source,
+        "format": ds.format,
+        "split": ds.split,
+        "sha256": ds.sha256,
+        "n": len(ds),
+        "skipped": [{"row": p["row"], "line": p["line"], "reason": p["reason"]} for p in ds.skipped],
+    }
 
 
 def _oos_accepted(ods, probs: np.ndarray, labels: list[str], tau: float, low: list[bool]) -> list[dict]:
@@ -134,8 +173,15 @@ def _oos_accepted(ods, probs: np.ndarray, labels: list[str], tau: float, low: li
     conf, pred = probs.max(axis=1), probs.argmax(axis=1)
     hits = [i for i in range(len(conf)) if conf[i] >= tau and not low[i]]
     hits.sort(key=lambda i: -conf[i])
-    return [{"row": ods.rows[i], "text": ods.texts[i], "predicted": labels[pred[i]], "confidence": round(float(conf[i]), 6)}
-            for i in hits[:MAX_OOS_ACCEPTED]]
+    return [
+        {
+            "row": ods.rows[i],
+            "text": ods.texts[i],
+            "predicted": labels[pred[i]],
+            "confidence": round(float(conf[i]), 6),
+        }
+        for i in hits[:MAX_OOS_ACCEPTED]
+    ]
 
 
 def _model_section(model, predictor: Predictor) -> dict:
@@ -154,8 +200,13 @@ def _model_section(model, predictor: Predictor) -> dict:
 
 def _environment() -> dict:
     versions = package_versions(VERSIONED_PACKAGES)
-    return {"python": versions.pop("python"), "platform": platform.platform(), "cpus": os.cpu_count(),
-            "threads": os.environ.get("INTENT_ROUTER_THREADS"), "packages": versions}
+    return {
+        "python": versions.pop("python"),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "threads": os.environ.get("INTENT_ROUTER_THREADS"),
+        "packages": versions,
+    }
 
 
 # ------------------------------------------------------------------------------------- writing
@@ -189,9 +240,13 @@ def load_report(path: str | Path) -> dict:
     except json.JSONDecodeError as e:
         raise ReportError(f"{path} is not valid JSON: {e}") from e
     if not isinstance(report, dict) or report.get("kind") != REPORT_KIND:
-        raise ReportError(f"{path} is not an intent-router evaluation report (kind {report.get('kind') if isinstance(report, dict) else None!r})")
+        raise ReportError(
+            f"{path} is not an intent-router evaluation report (kind {report.get('kind') if isinstance(report, dict) else None!r})"
+        )
     if report.get("schema_version") != SCHEMA_VERSION:
-        raise ReportError(f"{path}: report schema_version {report.get('schema_version')!r} is not supported (expected {SCHEMA_VERSION})")
+        raise ReportError(
+            f"{path}: report schema_version {report.get('schema_version')!r} is not supported (expected {SCHEMA_VERSION})"
+        )
     return report
 
 

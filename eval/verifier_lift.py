@@ -9,7 +9,7 @@ router turns into the fallback: it counts as wrong in ``verifier_accuracy`` and 
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -19,9 +19,16 @@ from router.intents import INTENTS
 from router.verifier import Verifier, VerifierError
 
 
-def verifier_lift(verifier: Verifier, texts: Sequence[str], y: Sequence[int], probs: np.ndarray,
-                  labels: Sequence[str], tau: float, max_messages: int | None = None,
-                  describe: str | None = None) -> dict:
+def verifier_lift(
+    verifier: Verifier,
+    texts: Sequence[str],
+    y: Sequence[int],
+    probs: np.ndarray,
+    labels: Sequence[str],
+    tau: float,
+    max_messages: int | None = None,
+    describe: str | None = None,
+) -> dict:
     probs, y = np.asarray(probs, dtype=np.float64), np.asarray(y, dtype=int)
     conf, pred = probs.max(axis=1), probs.argmax(axis=1)
     below = np.flatnonzero(conf < tau)
@@ -67,7 +74,9 @@ def verifier_lift(verifier: Verifier, texts: Sequence[str], y: Sequence[int], pr
         "failures": failures,
         "verifier_accuracy_answered": _r(verifier_correct / answered) if answered else None,
         # Only meaningful when every below-tau message was verified (no max_messages cut).
-        "end_to_end_accuracy": _r(total_correct / len(y)) if n == int((conf < tau).sum()) and len(y) else None,
+        "end_to_end_accuracy": _r(total_correct / len(y))
+        if n == int((conf < tau).sum()) and len(y)
+        else None,
         "latency": percentiles(times),
     }
 

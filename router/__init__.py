@@ -5,7 +5,7 @@ Imports only onnxruntime, tokenizers, numpy and pydantic (httpx lazily, for the 
 
 from router.intents import INTENTS, Intent
 
-__all__ = ["INTENTS", "Intent", "Router", "Decision"]
+__all__ = ["INTENTS", "Decision", "Intent", "Router"]
 
 
 def __getattr__(name):  # lazy, so `import router` stays cheap

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import onnxruntime as ort
@@ -48,13 +48,19 @@ class Classifier:
         self.manifest = manifest or load_manifest(self.model_dir)
         export = self.manifest.export
         if export is None:
-            raise ModelError(f"{self.model_dir}: the manifest has no export section; run 'intent-router export' first")
+            raise ModelError(
+                f"{self.model_dir}: the manifest has no export section; run 'intent-router export' first"
+            )
         self.variant = variant or export.default_variant
         if self.variant not in export.variants:
-            raise ModelError(f"{self.model_dir}: no '{self.variant}' graph (has: {', '.join(export.variants)})")
+            raise ModelError(
+                f"{self.model_dir}: no '{self.variant}' graph (has: {', '.join(export.variants)})"
+            )
         spec = export.variants[self.variant]
         if require_parity and spec.parity is not None and not spec.parity.passed:
-            raise ModelError(f"{self.model_dir}: the {self.variant} graph failed its parity check at export; re-export it")
+            raise ModelError(
+                f"{self.model_dir}: the {self.variant} graph failed its parity check at export; re-export it"
+            )
         graph_path = verify_file(self.model_dir, spec.file)
         tok_path = verify_file(self.model_dir, export.tokenizer)
 
@@ -66,13 +72,21 @@ class Classifier:
 
         opts = ort.SessionOptions()
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        threads = intra_op_threads if intra_op_threads is not None else int(os.environ.get("INTENT_ROUTER_THREADS", "0"))
+        threads = (
+            intra_op_threads
+            if intra_op_threads is not None
+            else int(os.environ.get("INTENT_ROUTER_THREADS", "0"))
+        )
         if threads:
             opts.intra_op_num_threads = threads
-        self.session = ort.InferenceSession(str(graph_path), sess_options=opts, providers=["CPUExecutionProvider"])
+        self.session = ort.InferenceSession(
+            str(graph_path), sess_options=opts, providers=["CPUExecutionProvider"]
+        )
         outputs = self.session.get_outputs()
         if outputs[0].shape[-1] not in (len(self.labels), None) and isinstance(outputs[0].shape[-1], int):
-            raise ModelError(f"graph has {outputs[0].shape[-1]} outputs but the manifest lists {len(self.labels)} labels")
+            raise ModelError(
+                f"graph has {outputs[0].shape[-1]} outputs but the manifest lists {len(self.labels)} labels"
+            )
         self._output = export.output
 
     @property
@@ -84,12 +98,14 @@ class Classifier:
         """Tokenize, then run the graph in length-sorted chunks so padding stays short; rows come back
         in input order. Returns (probabilities, encodings, tokenize seconds, inference seconds)."""
         t0 = time.perf_counter()
-        encs = self.tokenizer.encode_batch(list(texts)) if len(texts) > 1 else [self.tokenizer.encode(texts[0])]
+        encs = (
+            self.tokenizer.encode_batch(list(texts)) if len(texts) > 1 else [self.tokenizer.encode(texts[0])]
+        )
         t1 = time.perf_counter()
         order = sorted(range(len(encs)), key=lambda i: len(encs[i].ids))
         probs = np.empty((len(encs), len(self.labels)), dtype=np.float32)
         for start in range(0, len(order), self.max_batch):
-            idx = order[start:start + self.max_batch]
+            idx = order[start : start + self.max_batch]
             width = len(encs[idx[-1]].ids)
             ids = np.zeros((len(idx), width), dtype=np.int64)
             mask = np.zeros((len(idx), width), dtype=np.int64)
@@ -121,16 +137,25 @@ class Classifier:
         for row, enc in zip(probs, encs):
             order = np.argsort(-row)
             ranking = [(self.labels[j], float(row[j])) for j in order]
-            out.append(Classification(
-                label=ranking[0][0], confidence=ranking[0][1], ranking=ranking, tokenize_ms=tok_ms,
-                inference_ms=inf_ms, truncated=bool(enc.overflowing), num_tokens=len(enc.ids),
-            ))
+            out.append(
+                Classification(
+                    label=ranking[0][0],
+                    confidence=ranking[0][1],
+                    ranking=ranking,
+                    tokenize_ms=tok_ms,
+                    inference_ms=inf_ms,
+                    truncated=bool(enc.overflowing),
+                    num_tokens=len(enc.ids),
+                )
+            )
         return out
 
 
 def _check_texts(texts: Sequence[str]) -> None:
     if isinstance(texts, str):
-        raise TypeError("expected a sequence of strings, got one str: use classify(text) for a single message")
+        raise TypeError(
+            "expected a sequence of strings, got one str: use classify(text) for a single message"
+        )
     for i, t in enumerate(texts):
         if not isinstance(t, str):
             raise TypeError(f"message {i} is {type(t).__name__}, expected str")

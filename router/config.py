@@ -62,7 +62,7 @@ class RouterConfig(BaseModel):
     _check_threshold = field_validator("threshold")(classmethod(lambda cls, v: validate_threshold(v)))
 
     @model_validator(mode="after")
-    def _complete(self) -> "RouterConfig":
+    def _complete(self) -> RouterConfig:
         missing = [i for i in INTENTS if i not in self.intents]
         if missing:
             raise ValueError(f"intents missing from the config: {missing}")
@@ -72,7 +72,7 @@ class RouterConfig(BaseModel):
         return self
 
     @classmethod
-    def load(cls, path: str | Path | None = None) -> "RouterConfig":
+    def load(cls, path: str | Path | None = None) -> RouterConfig:
         if path is None:
             text = resources.files("router").joinpath("config/default.yaml").read_text(encoding="utf-8")
             source = "router/config/default.yaml"

@@ -15,13 +15,13 @@ Source = Literal["classifier", "verifier", "fallback", "guardrail"]
 
 
 class ReasonCode(str, Enum):
-    CONFIDENT = "confident"                    # classifier confidence >= threshold
-    VERIFIED = "verified"                      # below threshold, the verifier chose the intent
-    FOLLOW_UP = "follow_up_kept_previous"      # verifier: same-domain follow-up, previous intent kept
-    NO_VERIFIER = "no_verifier"                # below threshold and no verifier configured
-    VERIFIER_FAILED = "verifier_failed"        # verifier timed out, errored or answered invalid output
+    CONFIDENT = "confident"  # classifier confidence >= threshold
+    VERIFIED = "verified"  # below threshold, the verifier chose the intent
+    FOLLOW_UP = "follow_up_kept_previous"  # verifier: same-domain follow-up, previous intent kept
+    NO_VERIFIER = "no_verifier"  # below threshold and no verifier configured
+    VERIFIER_FAILED = "verifier_failed"  # verifier timed out, errored or answered invalid output
     VERIFIER_UNAVAILABLE = "verifier_circuit_open"  # verifier skipped: circuit breaker open
-    LOW_SIGNAL = "low_signal"                  # guardrail: empty, punctuation/emoji-only or random characters
+    LOW_SIGNAL = "low_signal"  # guardrail: empty, punctuation/emoji-only or random characters
 
 
 class RankedIntent(BaseModel):
@@ -75,7 +75,9 @@ class Decision(BaseModel):
     role: str
     skills: GrantedSkills
     denied: list[DeniedSkill] = Field(default_factory=list)
-    servable: bool = Field(description="False when a required skill was denied: the request cannot be served as classified.")
+    servable: bool = Field(
+        description="False when a required skill was denied: the request cannot be served as classified."
+    )
     message: str = ""
     requires_confirmation: bool = False
     context_budget: int = 0

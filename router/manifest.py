@@ -66,7 +66,9 @@ class Manifest(BaseModel):
     schema_version: int = SCHEMA_VERSION
     name: str
     created_at: str
-    labels: list[str] = Field(description="Labels in the output order of the graph and of the calibrated head.")
+    labels: list[str] = Field(
+        description="Labels in the output order of the graph and of the calibrated head."
+    )
     base_model: str
     max_seq_length: int
     pooling: str = "mean"
@@ -119,13 +121,17 @@ def load_manifest(directory: str | Path) -> Manifest:
     if not directory.is_dir():
         raise ModelError(f"model directory not found: {directory}")
     if not path.is_file():
-        raise ModelError(f"{directory} has no {MANIFEST_NAME}: not a model directory written by intent-router")
+        raise ModelError(
+            f"{directory} has no {MANIFEST_NAME}: not a model directory written by intent-router"
+        )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise ModelError(f"{path} is not valid JSON: {e}") from e
     if data.get("schema_version") != SCHEMA_VERSION:
-        raise ModelError(f"{path}: schema_version {data.get('schema_version')!r} is not supported (expected {SCHEMA_VERSION})")
+        raise ModelError(
+            f"{path}: schema_version {data.get('schema_version')!r} is not supported (expected {SCHEMA_VERSION})"
+        )
     try:
         return Manifest.model_validate(data)
     except Exception as e:  # pydantic.ValidationError

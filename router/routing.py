@@ -5,13 +5,18 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from router.classifier import Classification, Classifier
 from router.config import RouterConfig, validate_threshold
 from router.decision import (
-    Decision, InputInfo, Latency, RankedIntent, ReasonCode, TraceStep,
+    Decision,
+    InputInfo,
+    Latency,
+    RankedIntent,
+    ReasonCode,
+    TraceStep,
 )
 from router.guardrail import low_signal_reason
 from router.intents import INTENTS
@@ -37,8 +42,13 @@ def default_model_dir() -> Path:
 class Router:
     """Routes messages to intents and skills. Thread-safe: it holds no per-request state."""
 
-    def __init__(self, classifier: Classifier, config: RouterConfig | None = None,
-                 verifier: Verifier | None = None, threshold: float | None = None) -> None:
+    def __init__(
+        self,
+        classifier: Classifier,
+        config: RouterConfig | None = None,
+        verifier: Verifier | None = None,
+        threshold: float | None = None,
+    ) -> None:
         self.classifier = classifier
         self.config = config or RouterConfig.load()
         self.threshold = validate_threshold(threshold if threshold is not None else self.config.threshold)
@@ -48,9 +58,15 @@ class Router:
             raise ValueError(f"the model predicts labels the router does not know: {sorted(unknown)}")
 
     @classmethod
-    def load(cls, model_dir: str | Path | None = None, config: str | Path | RouterConfig | None = None,
-             verifier: Verifier | None = None, threshold: float | None = None, variant: str | None = None,
-             intra_op_threads: int | None = None) -> "Router":
+    def load(
+        cls,
+        model_dir: str | Path | None = None,
+        config: str | Path | RouterConfig | None = None,
+        verifier: Verifier | None = None,
+        threshold: float | None = None,
+        variant: str | None = None,
+        intra_op_threads: int | None = None,
+    ) -> Router:
         cfg = config if isinstance(config, RouterConfig) else RouterConfig.load(config)
         clf = Classifier(model_dir or default_model_dir(), variant=variant, intra_op_threads=intra_op_threads)
         return cls(clf, cfg, verifier=verifier, threshold=threshold)
@@ -59,7 +75,9 @@ class Router:
     def route(self, text: str, role: str, previous: Decision | None = None) -> Decision:
         return self.route_batch([text], role, previous=previous)[0]
 
-    def route_batch(self, texts: Sequence[str], role: str, previous: Decision | None = None) -> list[Decision]:
+    def route_batch(
+        self, texts: Sequence[str], role: str, previous: Decision | None = None
+    ) -> list[Decision]:
         """Route many messages; the classifier runs once over all that pass the guardrail."""
         if isinstance(texts, str):
             raise TypeError("route_batch takes a sequence of strings; use route(text, role) for one message")
@@ -78,7 +96,9 @@ class Router:
         to_classify = [i for i, (_, _, low) in enumerate(prepared) if low is None]
         results: dict[int, Classification] = {}
         if to_classify:
-            for i, c in zip(to_classify, self.classifier.classify_batch([prepared[i][0] for i in to_classify])):
+            for i, c in zip(
+                to_classify, self.classifier.classify_batch([prepared[i][0] for i in to_classify])
+            ):
                 results[i] = c
         shared_ms = (time.perf_counter() - t0) * 1000 / max(1, len(texts))
         out = []
@@ -95,24 +115,39 @@ class Router:
     # ---------------------------------------------------------------------------------- stages
     def _guardrail(self, role: str, info: InputInfo, why: str) -> Decision:
         return Decision(
-            intent=None, confidence=None, source="guardrail", reason_code=ReasonCode.LOW_SIGNAL, role=role,
-            skills={"required": [], "optional": []}, servable=True,
+            intent=None,
+            confidence=None,
+            source="guardrail",
+            reason_code=ReasonCode.LOW_SIGNAL,
+            role=role,
+            skills={"required": [], "optional": []},
+            servable=True,
             message=f"low-signal input ({why}): no skills are loaded; ask the user what they need",
-            threshold=self.threshold, model_id=self.classifier.model_id, input=info,
+            threshold=self.threshold,
+            model_id=self.classifier.model_id,
+            input=info,
             trace=[TraceStep(stage="guardrail", status="low_signal", detail={"why": why})],
         )
 
-    def _decide(self, text: str, role: str, info: InputInfo, c: Classification, previous: Decision | None) -> Decision:
+    def _decide(
+        self, text: str, role: str, info: InputInfo, c: Classification, previous: Decision | None
+    ) -> Decision:
         info.truncated_tokens = c.truncated
         trace = [
             TraceStep(stage="guardrail", status="pass"),
-            TraceStep(stage="classifier", status="ok", ms=round(c.tokenize_ms + c.inference_ms, 4),
-                      detail={"label": c.label, "confidence": round(c.confidence, 6), "tokens": c.num_tokens}),
+            TraceStep(
+                stage="classifier",
+                status="ok",
+                ms=round(c.tokenize_ms + c.inference_ms, 4),
+                detail={"label": c.label, "confidence": round(c.confidence, 6), "tokens": c.num_tokens},
+            ),
         ]
         latency = Latency(tokenize_ms=round(c.tokenize_ms, 4), inference_ms=round(c.inference_ms, 4))
         intent: str | None
         if c.confidence >= self.threshold:
-            trace.append(TraceStep(stage="threshold", status="accepted", detail={"threshold": self.threshold}))
+            trace.append(
+                TraceStep(stage="threshold", status="accepted", detail={"threshold": self.threshold})
+            )
             intent, source, reason = c.label, "classifier", ReasonCode.CONFIDENT
         else:
             trace.append(TraceStep(stage="threshold", status="below", detail={"threshold": self.threshold}))
@@ -120,7 +155,9 @@ class Router:
 
         if intent is None:  # fallback: union of the fallback intents' skills
             specs = [self.config.intents[i] for i in self.config.fallback_intents]
-            trace.append(TraceStep(stage="fallback", status="used", detail={"intents": self.config.fallback_intents}))
+            trace.append(
+                TraceStep(stage="fallback", status="used", detail={"intents": self.config.fallback_intents})
+            )
         else:
             specs = [self.config.intents[intent]]
         required = _unique(s for spec in specs for s in spec.required)
@@ -128,18 +165,35 @@ class Router:
         budget = max(spec.context_budget for spec in specs)
 
         g = grant_skills(self.config, role, required, optional)
-        trace.append(TraceStep(stage="rbac", status="ok" if g.servable else "required_denied",
-                               detail={"granted": g.skills.all, "denied": [d.skill for d in g.denied]}))
+        trace.append(
+            TraceStep(
+                stage="rbac",
+                status="ok" if g.servable else "required_denied",
+                detail={"granted": g.skills.all, "denied": [d.skill for d in g.denied]},
+            )
+        )
         message = ""
         if not g.servable:
             names = ", ".join(d.skill for d in g.denied if d.required)
             message = f"cannot be served as classified: role {role!r} is denied required skill(s) {names}"
         return Decision(
-            intent=intent, confidence=c.confidence,
+            intent=intent,
+            confidence=c.confidence,
             ranking=[RankedIntent(intent=l, probability=p) for l, p in c.ranking],
-            source=source, reason_code=reason, role=role, skills=g.skills, denied=g.denied, servable=g.servable,
-            message=message, requires_confirmation=g.requires_confirmation, context_budget=budget,
-            threshold=self.threshold, model_id=self.classifier.model_id, input=info, latency=latency, trace=trace,
+            source=source,
+            reason_code=reason,
+            role=role,
+            skills=g.skills,
+            denied=g.denied,
+            servable=g.servable,
+            message=message,
+            requires_confirmation=g.requires_confirmation,
+            context_budget=budget,
+            threshold=self.threshold,
+            model_id=self.classifier.model_id,
+            input=info,
+            latency=latency,
+            trace=trace,
         )
 
     def _verify(self, text, c, previous, trace, latency):
@@ -158,18 +212,43 @@ class Router:
             else:
                 detail, status = {"error": f"{type(e).__name__}: {e}"}, "error"
             trace.append(TraceStep(stage="verifier", status=status, ms=ms, detail=detail))
-            reason = ReasonCode.VERIFIER_UNAVAILABLE if isinstance(e, VerifierUnavailable) else ReasonCode.VERIFIER_FAILED
+            reason = (
+                ReasonCode.VERIFIER_UNAVAILABLE
+                if isinstance(e, VerifierUnavailable)
+                else ReasonCode.VERIFIER_FAILED
+            )
             return None, "fallback", reason
         ms = (time.perf_counter() - t0) * 1000
         latency.verifier_ms = round(ms, 4)
         if res.intent not in INTENTS:
-            trace.append(TraceStep(stage="verifier", status="invalid_intent", ms=round(ms, 4),
-                                   detail={"intent": res.intent, "attempts": res.attempts}))
+            trace.append(
+                TraceStep(
+                    stage="verifier",
+                    status="invalid_intent",
+                    ms=round(ms, 4),
+                    detail={"intent": res.intent, "attempts": res.attempts},
+                )
+            )
             return None, "fallback", ReasonCode.VERIFIER_FAILED
-        detail = {"intent": res.intent, "reason_code": res.reason_code, "attempts": res.attempts, "breaker": res.breaker}
-        if res.reason_code == "same_domain_follow_up" and previous is not None and previous.intent is not None:
-            trace.append(TraceStep(stage="verifier", status="accepted", ms=round(ms, 4),
-                                   detail={**detail, "kept_previous": previous.intent.value}))
+        detail = {
+            "intent": res.intent,
+            "reason_code": res.reason_code,
+            "attempts": res.attempts,
+            "breaker": res.breaker,
+        }
+        if (
+            res.reason_code == "same_domain_follow_up"
+            and previous is not None
+            and previous.intent is not None
+        ):
+            trace.append(
+                TraceStep(
+                    stage="verifier",
+                    status="accepted",
+                    ms=round(ms, 4),
+                    detail={**detail, "kept_previous": previous.intent.value},
+                )
+            )
             return previous.intent.value, "verifier", ReasonCode.FOLLOW_UP
         trace.append(TraceStep(stage="verifier", status="accepted", ms=round(ms, 4), detail=detail))
         return res.intent, "verifier", ReasonCode.VERIFIED

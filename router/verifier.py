@@ -28,8 +28,13 @@ class VerifierResult:
 class VerifierError(Exception):
     """The verifier could not give a valid intent. ``status`` names why; ``attempts`` go to the trace."""
 
-    def __init__(self, message: str, status: str = "error", attempts: list[dict[str, Any]] | None = None,
-                 breaker: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        status: str = "error",
+        attempts: list[dict[str, Any]] | None = None,
+        breaker: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.attempts = attempts or []
@@ -42,6 +47,8 @@ class VerifierUnavailable(VerifierError):
 
 @runtime_checkable
 class Verifier(Protocol):
-    def verify(self, text: str, classification: Classification, previous: "Decision | None" = None) -> VerifierResult:
+    def verify(
+        self, text: str, classification: Classification, previous: Decision | None = None
+    ) -> VerifierResult:
         """Return the intent for ``text`` or raise VerifierError."""
         ...

@@ -17,8 +17,13 @@ def tiny_config(**overrides):
     from training.config import TrainConfig
 
     base = dict(
-        name="tiny", train_file=TINY / "train.jsonl", dev_file=TINY / "dev.jsonl", test_file=TINY / "test.jsonl",
-        max_steps=60, batch_size=16, seed=7,
+        name="tiny",
+        train_file=TINY / "train.jsonl",
+        dev_file=TINY / "dev.jsonl",
+        test_file=TINY / "test.jsonl",
+        max_steps=60,
+        batch_size=16,
+        seed=7,
     )
     base.update(overrides)
     return TrainConfig(**base)
@@ -63,8 +68,18 @@ def shipped_router():
     return Router.load(SHIPPED)
 
 
-VAGUE = ("hmm maybe later", "and for next week?", "the thing from before", "ok so what now", "that one",
-         "not sure", "hello there", "what about the other one", "same for marketing", "and then?")
+VAGUE = (
+    "hmm maybe later",
+    "and for next week?",
+    "the thing from before",
+    "ok so what now",
+    "that one",
+    "not sure",
+    "hello there",
+    "what about the other one",
+    "same for marketing",
+    "and then?",
+)
 
 
 def below_threshold(router, *candidates: str) -> str:

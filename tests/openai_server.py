@@ -23,11 +23,15 @@ VALID = '{"intent": "SEARCH", "reason_code": "fresh_request"}'
 
 # what llama-cpp-python 0.3.x answers to response_format {"type": "json_schema", ...}
 LLAMA_CPP_REJECTION = {
-    "detail": [{
-        "type": "literal_error", "loc": ["body", "response_format", "type"],
-        "msg": "Input should be 'text' or 'json_object'", "input": "json_schema",
-        "ctx": {"expected": "'text' or 'json_object'"},
-    }]
+    "detail": [
+        {
+            "type": "literal_error",
+            "loc": ["body", "response_format", "type"],
+            "msg": "Input should be 'text' or 'json_object'",
+            "input": "json_schema",
+            "ctx": {"expected": "'text' or 'json_object'"},
+        }
+    ]
 }
 
 
@@ -44,7 +48,7 @@ class Reply:
     status: int = 200
     delay: float = 0.0
     finish_reason: str = "stop"
-    hang: bool = False        # never answer (until the server stops); the client must time out
+    hang: bool = False  # never answer (until the server stops); the client must time out
     body: str | None = None
 
 
@@ -60,7 +64,7 @@ class OpenAIServer:
     """Threaded HTTP/1.1 server on 127.0.0.1 (port 0). Replies come from ``script`` in order, then ``default``."""
 
     def __init__(self, reject: tuple[str, ...] = ()) -> None:
-        self.reject = set(reject)        # response_format types answered with a llama.cpp-style HTTP 500
+        self.reject = set(reject)  # response_format types answered with a llama.cpp-style HTTP 500
         self.script: deque[Reply] = deque()
         self.default = Reply()
         self.requests: list[Received] = []
@@ -82,8 +86,11 @@ class OpenAIServer:
                 except ValueError:
                     body = {"_unparsed": raw.decode("utf-8", "replace")}
                 with server._lock:
-                    server.requests.append(Received(self.path, {k.lower(): v for k, v in self.headers.items()},
-                                                    body, time.monotonic()))
+                    server.requests.append(
+                        Received(
+                            self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.monotonic()
+                        )
+                    )
                 if not urlsplit(self.path).path.rstrip("/").endswith("/chat/completions"):
                     return self._send(404, json.dumps({"error": {"message": f"no route {self.path}"}}))
                 fmt = (body.get("response_format") or {}).get("type")
@@ -101,14 +108,28 @@ class OpenAIServer:
                 if reply.body is not None:
                     return self._send(reply.status, reply.body)
                 if reply.status >= 400:
-                    return self._send(reply.status, json.dumps({"error": {"message": f"scripted {reply.status}"}}))
-                return self._send(reply.status, json.dumps({
-                    "id": "chatcmpl-test", "object": "chat.completion", "created": int(time.time()),
-                    "model": body.get("model", "test-model"),
-                    "choices": [{"index": 0, "finish_reason": reply.finish_reason,
-                                 "message": {"role": "assistant", "content": reply.content}}],
-                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-                }))
+                    return self._send(
+                        reply.status, json.dumps({"error": {"message": f"scripted {reply.status}"}})
+                    )
+                return self._send(
+                    reply.status,
+                    json.dumps(
+                        {
+                            "id": "chatcmpl-test",
+                            "object": "chat.completion",
+                            "created": int(time.time()),
+                            "model": body.get("model", "test-model"),
+                            "choices": [
+                                {
+                                    "index": 0,
+                                    "finish_reason": reply.finish_reason,
+                                    "message": {"role": "assistant", "content": reply.content},
+                                }
+                            ],
+                            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                        }
+                    ),
+                )
 
             def _send(self, status: int, text: str) -> None:
                 data = text.encode("utf-8")
@@ -122,7 +143,9 @@ class OpenAIServer:
                     self.close_connection = True
 
         self._httpd = _Server(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     # ----------------------------------------------------------------------------------- control
     @property
@@ -133,7 +156,7 @@ class OpenAIServer:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def push(self, *replies: Reply | str) -> "OpenAIServer":
+    def push(self, *replies: Reply | str) -> OpenAIServer:
         """Queue replies; a str is a 200 answer with that content."""
         with self._lock:
             self.script.extend(Reply(content=r) if isinstance(r, str) else r for r in replies)
@@ -145,9 +168,11 @@ class OpenAIServer:
 
     def chat_requests(self) -> list[Received]:
         with self._lock:
-            return [r for r in self.requests if urlsplit(r.path).path.rstrip("/").endswith("/chat/completions")]
+            return [
+                r for r in self.requests if urlsplit(r.path).path.rstrip("/").endswith("/chat/completions")
+            ]
 
-    def start(self) -> "OpenAIServer":
+    def start(self) -> OpenAIServer:
         self._thread.start()
         return self
 

@@ -7,7 +7,14 @@ import pytest
 
 from tests.conftest import FIXTURES
 from training.benchmarks import (
-    BenchmarkDataError, Split, at_tau, choose_threshold, k_shot, read_banking77, read_benchmark, read_clinc150,
+    BenchmarkDataError,
+    Split,
+    at_tau,
+    choose_threshold,
+    k_shot,
+    read_banking77,
+    read_benchmark,
+    read_clinc150,
 )
 
 BENCH = FIXTURES / "benchmarks"
@@ -19,7 +26,14 @@ def test_read_clinc150_splits_and_oos():
     for path in (CLINC, CLINC / "data_full.json"):  # the folder or the file itself
         s = read_clinc150(path)
         assert set(s) == {"train", "val", "test", "oos_train", "oos_val", "oos_test"}
-        assert {k: len(v) for k, v in s.items()} == {"train": 12, "val": 6, "test": 6, "oos_train": 2, "oos_val": 2, "oos_test": 3}
+        assert {k: len(v) for k, v in s.items()} == {
+            "train": 12,
+            "val": 6,
+            "test": 6,
+            "oos_train": 2,
+            "oos_val": 2,
+            "oos_test": 3,
+        }
         assert s["train"].classes == ["alarm", "play_music", "weather"]
         assert s["train"].texts[0] == "what's the weather like today" and s["train"].labels[0] == "weather"
         assert set(s["oos_test"].labels) == {"oos"}
@@ -32,7 +46,11 @@ def test_read_clinc150_errors(tmp_path):
     bad.write_text(json.dumps({"train": [], "val": [], "test": []}))
     with pytest.raises(BenchmarkDataError, match="missing key"):
         read_clinc150(bad)
-    bad.write_text(json.dumps({k: [] for k in ("val", "test", "oos_train", "oos_val", "oos_test")} | {"train": [["only text"]]}))
+    bad.write_text(
+        json.dumps(
+            {k: [] for k in ("val", "test", "oos_train", "oos_val", "oos_test")} | {"train": [["only text"]]}
+        )
+    )
     with pytest.raises(BenchmarkDataError, match=r"train\[0\]"):
         read_clinc150(bad)
 
@@ -46,7 +64,10 @@ def test_read_banking77_quoted_fields_span_lines():
     assert multi == ["I put the wrong PIN too many times and now it is blocked.\nCan you help me unblock it?"]
     assert 'it says "blocked"' in s["train"].texts[7]
     assert s["train"].texts[2] == "My card hasn't come yet, what should I do?"
-    assert s["test"].texts[2] == "My PIN got locked\nafter too many tries" and s["test"].labels[2] == "pin_blocked"
+    assert (
+        s["test"].texts[2] == "My PIN got locked\nafter too many tries"
+        and s["test"].labels[2] == "pin_blocked"
+    )
 
 
 def test_read_banking77_errors(tmp_path):
@@ -111,8 +132,16 @@ def test_run_benchmark_tiny_clinc(tmp_path):
     from training.benchmarks import format_summary, run_benchmark
 
     saved = []
-    res = run_benchmark("clinc150", CLINC, shots=2, seeds=2, max_steps=4, batch_size=8, report=lambda _: None,
-                        on_seed=lambda r: saved.append(json.loads(json.dumps(r))))
+    res = run_benchmark(
+        "clinc150",
+        CLINC,
+        shots=2,
+        seeds=2,
+        max_steps=4,
+        batch_size=8,
+        report=lambda _: None,
+        on_seed=lambda r: saved.append(json.loads(json.dumps(r))),
+    )
     assert res["complete"] and [r["seed"] for r in res["runs"]] == [0, 1]
     assert len(saved) == 1 and not saved[0]["complete"]  # progress saved after the first seed
     assert res["hyperparameters"]["max_steps"] == 4 and res["data"]["rows"]["oos_test"] == 3

@@ -23,12 +23,17 @@ def test_data_check_ok_and_failing_files():
 
 def test_route_json_and_stdin_batch(tiny_exported):
     model_dir, _ = tiny_exported
-    one = runner.invoke(app, ["route", "restart the staging cluster", "--role", "admin", "--model", str(model_dir), "--json"])
+    one = runner.invoke(
+        app, ["route", "restart the staging cluster", "--role", "admin", "--model", str(model_dir), "--json"]
+    )
     assert one.exit_code == 0, one.output
     d = json.loads(one.output)
     assert d["role"] == "admin" and d["source"] in ("classifier", "fallback") and "latency" in d
-    many = runner.invoke(app, ["route", "--file", "-", "--role", "viewer", "--model", str(model_dir)],
-                         input="find the vpn guide\n{\"text\": \"book a room for friday\"}\n???\n")
+    many = runner.invoke(
+        app,
+        ["route", "--file", "-", "--role", "viewer", "--model", str(model_dir)],
+        input='find the vpn guide\n{"text": "book a room for friday"}\n???\n',
+    )
     assert many.exit_code == 0, many.output
     lines = [json.loads(l) for l in many.output.strip().splitlines()]
     assert len(lines) == 3 and lines[2]["source"] == "guardrail"
@@ -49,5 +54,7 @@ def test_train_rejects_bad_config(tmp_path):
     cfg.write_text("max_steps: 5\nlearning_rate_typo: 1\n")
     res = runner.invoke(app, ["train", "--config", str(cfg), "--out", str(tmp_path / "m")])
     assert res.exit_code == 1 and "learning_rate_typo" in res.output
-    res = runner.invoke(app, ["train", "--train-file", str(FIXTURES / "bad" / "train.jsonl"), "--out", str(tmp_path / "m")])
+    res = runner.invoke(
+        app, ["train", "--train-file", str(FIXTURES / "bad" / "train.jsonl"), "--out", str(tmp_path / "m")]
+    )
     assert res.exit_code == 1 and "invalid JSON" in res.output

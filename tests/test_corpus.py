@@ -15,12 +15,17 @@ def _messages(report):
 def test_load_examples_reads_labels_and_extra_keys(tmp_path):
     p = tmp_path / "train.jsonl"
     p.write_text(
-        json.dumps({"text": "pull up the q3 deck", "label": "SEARCH", "pair": "R6-01"}) + "\n\n"
-        + json.dumps({"text": "archive the q3 deck", "label": "ACTION", "pair": "R6-01"}) + "\n",
+        json.dumps({"text": "pull up the q3 deck", "label": "SEARCH", "pair": "R6-01"})
+        + "\n\n"
+        + json.dumps({"text": "archive the q3 deck", "label": "ACTION", "pair": "R6-01"})
+        + "\n",
         encoding="utf-8",
     )
     rows = load_examples(p)
-    assert [(r.text, r.label, r.line) for r in rows] == [("pull up the q3 deck", "SEARCH", 1), ("archive the q3 deck", "ACTION", 3)]
+    assert [(r.text, r.label, r.line) for r in rows] == [
+        ("pull up the q3 deck", "SEARCH", 1),
+        ("archive the q3 deck", "ACTION", 3),
+    ]
 
 
 def test_load_examples_raises_with_file_and_line():
@@ -31,7 +36,9 @@ def test_load_examples_raises_with_file_and_line():
 
 def test_checker_reports_each_malformed_line():
     report = check_files([FIX / "bad" / "train.jsonl"])
-    msgs = {(line, msg.split(":")[0].split(" (")[0]) for _, line, sev, msg in _messages(report) if sev == "error"}
+    msgs = {
+        (line, msg.split(":")[0].split(" (")[0]) for _, line, sev, msg in _messages(report) if sev == "error"
+    }
     assert (2, "invalid JSON") in msgs
     assert (3, "expected a JSON object, got list") in msgs
     assert (4, "missing 'text'") in msgs
@@ -43,12 +50,18 @@ def test_checker_reports_each_malformed_line():
     # line 12 repeats line 1 with another label: a conflict, not just a duplicate
     assert any(line == 12 and "conflicting labels" in msg for _, line, _, msg in _messages(report))
     # line 11 is a near-duplicate of line 1 (case and punctuation) within one split: a warning
-    assert any(line == 11 and sev == "warning" and "near-duplicate" in msg for _, line, sev, msg in _messages(report))
+    assert any(
+        line == 11 and sev == "warning" and "near-duplicate" in msg for _, line, sev, msg in _messages(report)
+    )
 
 
 def test_checker_finds_leaks_across_splits():
     report = check_files([FIX / "leaky"])
-    leaks = [(name, line) for name, line, sev, msg in _messages(report) if sev == "error" and msg.startswith("leak")]
+    leaks = [
+        (name, line)
+        for name, line, sev, msg in _messages(report)
+        if sev == "error" and msg.startswith("leak")
+    ]
     assert ("dev.jsonl", 1) in leaks  # near-duplicate of train
     assert ("test.jsonl", 1) in leaks  # exact duplicate of train
     assert ("test.jsonl", 2) in leaks  # dev and test overlap
@@ -71,7 +84,9 @@ def test_unlabeled_file_rejects_labels(tmp_path):
     p.write_text('{"text": "hi", "label": "SEARCH"}\n{"text": "   "}\n{"text": ""}\n', encoding="utf-8")
     report = check_files([p])
     assert [(i.line, i.message.split(",")[0]) for i in report.errors] == [
-        (1, "out-of-scope file rows carry no label"), (3, "empty text")]
+        (1, "out-of-scope file rows carry no label"),
+        (3, "empty text"),
+    ]
 
 
 def test_normalize_and_split_names():

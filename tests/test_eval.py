@@ -11,7 +11,13 @@ import pytest
 from eval.data import DataError, load_labeled, load_unlabeled
 from eval.gate import DEFAULT_POLICY, GateError, gate_passed, make_baseline, run_gate, write_baseline
 from eval.metrics import (
-    at_threshold, calibration_metrics, classification_metrics, misclassified, oos_recall, percentiles, threshold_sweep,
+    at_threshold,
+    calibration_metrics,
+    classification_metrics,
+    misclassified,
+    oos_recall,
+    percentiles,
+    threshold_sweep,
 )
 from eval.report import load_report, load_schema, run_evaluation, write_report
 from router.verifier import VerifierError, VerifierResult
@@ -30,7 +36,11 @@ def test_classification_metrics_hand_case():
     assert m["accuracy"] == pytest.approx(0.6)
     a, b, c = (m["per_class"][l] for l in LABELS)
     assert (a["precision"], a["recall"], a["f1"], a["support"]) == (0.5, 0.5, 0.5, 2)
-    assert b["precision"] == pytest.approx(2 / 3, abs=1e-6) and b["recall"] == 1.0 and b["f1"] == pytest.approx(0.8)
+    assert (
+        b["precision"] == pytest.approx(2 / 3, abs=1e-6)
+        and b["recall"] == 1.0
+        and b["f1"] == pytest.approx(0.8)
+    )
     assert (c["precision"], c["recall"], c["f1"], c["support"]) == (0.0, 0.0, 0.0, 1)
     assert m["macro_f1"] == pytest.approx((0.5 + 0.8 + 0.0) / 3, abs=1e-6)
     assert m["weighted_f1"] == pytest.approx((2 * 0.5 + 2 * 0.8) / 5, abs=1e-6)
@@ -52,9 +62,19 @@ def test_threshold_sweep_hand_case():
     rows = threshold_sweep(PROBS, Y, [0.95, 0.65, 0.75, 0.75])
     assert [r["tau"] for r in rows] == [0.65, 0.75, 0.95]
     r65, r75, r95 = rows
-    assert (r65["accepted"], r65["accepted_share"], r65["accepted_accuracy"], r65["to_verifier_share"]) == (3, 0.75, 1.0, 0.25)
+    assert (r65["accepted"], r65["accepted_share"], r65["accepted_accuracy"], r65["to_verifier_share"]) == (
+        3,
+        0.75,
+        1.0,
+        0.25,
+    )
     assert r65["below_accuracy"] == 0.0
-    assert (r75["accepted"], r75["accepted_share"], r75["accepted_accuracy"], r75["to_verifier_share"]) == (2, 0.5, 1.0, 0.5)
+    assert (r75["accepted"], r75["accepted_share"], r75["accepted_accuracy"], r75["to_verifier_share"]) == (
+        2,
+        0.5,
+        1.0,
+        0.5,
+    )
     assert r95["accepted"] == 0 and r95["accepted_accuracy"] is None and r95["to_verifier_share"] == 1.0
     assert all(r["oos_recall"] is None for r in rows)
     # confidence equal to tau is accepted, as in the router
@@ -76,8 +96,16 @@ def test_misclassified_most_confident_first():
     probs = np.array([[0.6, 0.3, 0.1], [0.1, 0.2, 0.7], [0.05, 0.9, 0.05], [0.8, 0.1, 0.1]])
     out = misclassified(["a", "b", "c", "d"], [0, 0, 0, 0], probs, LABELS, tau=0.75, rows=[11, 12, 13, 14])
     assert [e["row"] for e in out] == [13, 12]
-    assert out[0] == {"row": 13, "where": None, "text": "c", "label": "A", "predicted": "B", "confidence": 0.9,
-                      "label_probability": 0.05, "accepted": True}
+    assert out[0] == {
+        "row": 13,
+        "where": None,
+        "text": "c",
+        "label": "A",
+        "predicted": "B",
+        "confidence": 0.9,
+        "label_probability": 0.05,
+        "accepted": True,
+    }
     assert out[1]["accepted"] is False
 
 
@@ -114,7 +142,9 @@ def test_verifier_lift_hand_case():
     assert v["verifier_accuracy"] == pytest.approx(2 / 3, abs=1e-6)
     assert v["lift"] == pytest.approx(1 / 3, abs=1e-6)
     assert v["verifier_accuracy_answered"] == 1.0
-    assert v["end_to_end_accuracy"] == pytest.approx(3 / 4)  # row 0 accepted and right, rows 1-2 verified right
+    assert v["end_to_end_accuracy"] == pytest.approx(
+        3 / 4
+    )  # row 0 accepted and right, rows 1-2 verified right
     cut = verifier_lift(_Oracle({}), texts, y, probs, labels, 0.75, max_messages=1)
     assert cut["n_verified"] == 1 and cut["end_to_end_accuracy"] is None
 
@@ -123,15 +153,26 @@ def test_verifier_lift_hand_case():
 def _report(accuracy=0.9, macro_f1=0.88, ece=0.03, accepted_accuracy=0.95, f1=None, tau=0.75):
     f1 = f1 or {"A": 0.9, "B": 0.86}
     return {
-        "schema_version": 1, "kind": "intent-router-eval", "created_at": "2025-01-01T00:00:00Z",
+        "schema_version": 1,
+        "kind": "intent-router-eval",
+        "created_at": "2025-01-01T00:00:00Z",
         "model": {"model_id": "m@1/int8", "backend": "onnx"},
         "data": {"source": "test.jsonl", "sha256": "abc", "n": 100},
         "threshold": tau,
-        "classification": {"accuracy": accuracy, "macro_f1": macro_f1,
-                           "per_class": {l: {"precision": v, "recall": v, "f1": v, "support": 50} for l, v in f1.items()}},
+        "classification": {
+            "accuracy": accuracy,
+            "macro_f1": macro_f1,
+            "per_class": {l: {"precision": v, "recall": v, "f1": v, "support": 50} for l, v in f1.items()},
+        },
         "calibration": {"ece": ece},
-        "thresholds": {"tau": tau, "at_tau": {"tau": tau, "accepted_accuracy": accepted_accuracy},
-                       "sweep": [{"tau": 0.5, "accepted_accuracy": 0.9}, {"tau": tau, "accepted_accuracy": accepted_accuracy}]},
+        "thresholds": {
+            "tau": tau,
+            "at_tau": {"tau": tau, "accepted_accuracy": accepted_accuracy},
+            "sweep": [
+                {"tau": 0.5, "accepted_accuracy": 0.9},
+                {"tau": tau, "accepted_accuracy": accepted_accuracy},
+            ],
+        },
     }
 
 
@@ -152,20 +193,35 @@ def test_baseline_limits_follow_the_default_policy(baseline):
 
 def test_gate_passes_on_same_and_within_tolerance(baseline):
     assert gate_passed(run_gate(_report(), baseline))
-    checks = run_gate(_report(accuracy=0.885, macro_f1=0.865, ece=0.045, accepted_accuracy=0.935, f1={"A": 0.86, "B": 0.82}), baseline)
+    checks = run_gate(
+        _report(
+            accuracy=0.885, macro_f1=0.865, ece=0.045, accepted_accuracy=0.935, f1={"A": 0.86, "B": 0.82}
+        ),
+        baseline,
+    )
     assert gate_passed(checks), [c for c in checks if not c.passed]
-    assert [c.name for c in checks] == ["accuracy", "macro_f1", "f1[A]", "f1[B]", "ece", "accepted_accuracy@0.75"]
+    assert [c.name for c in checks] == [
+        "accuracy",
+        "macro_f1",
+        "f1[A]",
+        "f1[B]",
+        "ece",
+        "accepted_accuracy@0.75",
+    ]
 
 
-@pytest.mark.parametrize("change, failing", [
-    (dict(accuracy=0.87), "accuracy"),
-    (dict(macro_f1=0.85), "macro_f1"),
-    (dict(f1={"A": 0.84, "B": 0.86}), "f1[A]"),
-    (dict(f1={"A": 0.9}), "f1[B]"),  # a class missing from the report
-    (dict(ece=0.06), "ece"),
-    (dict(accepted_accuracy=0.92), "accepted_accuracy@0.75"),
-    (dict(accepted_accuracy=None), "accepted_accuracy@0.75"),  # nothing accepted any more
-])
+@pytest.mark.parametrize(
+    "change, failing",
+    [
+        (dict(accuracy=0.87), "accuracy"),
+        (dict(macro_f1=0.85), "macro_f1"),
+        (dict(f1={"A": 0.84, "B": 0.86}), "f1[A]"),
+        (dict(f1={"A": 0.9}), "f1[B]"),  # a class missing from the report
+        (dict(ece=0.06), "ece"),
+        (dict(accepted_accuracy=0.92), "accepted_accuracy@0.75"),
+        (dict(accepted_accuracy=None), "accepted_accuracy@0.75"),  # nothing accepted any more
+    ],
+)
 def test_gate_fails_each_check(baseline, change, failing):
     checks = run_gate(_report(**change), baseline)
     assert not gate_passed(checks)
@@ -219,24 +275,34 @@ def _write(path, text):
 
 
 def test_load_labeled_jsonl_and_csv(tmp_path):
-    j = _write(tmp_path / "t.jsonl", '{"text": "find the deck", "label": "SEARCH"}\n\n{"text": "run it", "label": "ACTION"}\n')
+    j = _write(
+        tmp_path / "t.jsonl",
+        '{"text": "find the deck", "label": "SEARCH"}\n\n{"text": "run it", "label": "ACTION"}\n',
+    )
     d = load_labeled(j)
     assert d.texts == ["find the deck", "run it"] and d.labels == ["SEARCH", "ACTION"]
     assert d.rows == [1, 2] and d.lines == [1, 3] and d.format == "jsonl" and len(d.sha256) == 64
     c = _write(tmp_path / "t.csv", 'message,intent\n"find the deck, please",SEARCH\nrun it,ACTION\n')
     d = load_labeled(c, text_column="message", label_column="intent")
-    assert d.texts == ["find the deck, please", "run it"] and d.labels == ["SEARCH", "ACTION"] and d.format == "csv"
+    assert (
+        d.texts == ["find the deck, please", "run it"]
+        and d.labels == ["SEARCH", "ACTION"]
+        and d.format == "csv"
+    )
     assert d.where(1) == "row 2"
 
 
 @pytest.mark.parametrize("kind", ["jsonl", "csv"])
 def test_load_labeled_reports_bad_rows(tmp_path, kind):
     if kind == "jsonl":
-        f = _write(tmp_path / "bad.jsonl", '{"text": "ok", "label": "SEARCH"}\n{"text": "hm", "label": "WEATHER"}\n'
-                                           '{"text": "  ", "label": "ACTION"}\n{"text": "x", "label": ""}\n')
+        f = _write(
+            tmp_path / "bad.jsonl",
+            '{"text": "ok", "label": "SEARCH"}\n{"text": "hm", "label": "WEATHER"}\n'
+            '{"text": "  ", "label": "ACTION"}\n{"text": "x", "label": ""}\n',
+        )
         at = ["line 2", "line 3", "line 4"]
     else:
-        f = _write(tmp_path / "bad.csv", 'text,label\nok,SEARCH\nhm,WEATHER\n,ACTION\nx,\n')
+        f = _write(tmp_path / "bad.csv", "text,label\nok,SEARCH\nhm,WEATHER\n,ACTION\nx,\n")
         at = ["row 2", "row 3", "row 4"]
     with pytest.raises(DataError) as e:
         load_labeled(f)
@@ -251,9 +317,14 @@ def test_load_labeled_reports_bad_rows(tmp_path, kind):
 
 @pytest.mark.parametrize("kind", ["jsonl", "csv"])
 def test_load_labeled_missing_column(tmp_path, kind):
-    f = (_write(tmp_path / "t.jsonl", '{"message": "find it", "label": "SEARCH"}\n') if kind == "jsonl"
-         else _write(tmp_path / "t.csv", "message,label\nfind it,SEARCH\n"))
-    with pytest.raises(DataError, match=r"no column 'text' \(columns: message, label\); name it with --text-column"):
+    f = (
+        _write(tmp_path / "t.jsonl", '{"message": "find it", "label": "SEARCH"}\n')
+        if kind == "jsonl"
+        else _write(tmp_path / "t.csv", "message,label\nfind it,SEARCH\n")
+    )
+    with pytest.raises(
+        DataError, match=r"no column 'text' \(columns: message, label\); name it with --text-column"
+    ):
         load_labeled(f)
     with pytest.raises(DataError, match="no column 'intent'.*--label-column"):
         load_labeled(f, text_column="message", label_column="intent")
@@ -267,7 +338,9 @@ def test_load_errors_for_files(tmp_path):
     with pytest.raises(DataError, match="cannot read as JSONL"):
         load_labeled(_write(tmp_path / "broken.jsonl", '{"text": "a", "label": "SEARCH"}\nnot json\n'))
     with pytest.raises(DataError, match="must be a string, got int"):
-        load_labeled(_write(tmp_path / "int.jsonl", '{"text": "a", "label": "SEARCH"}\n{"text": "b", "label": 3}\n'))
+        load_labeled(
+            _write(tmp_path / "int.jsonl", '{"text": "a", "label": "SEARCH"}\n{"text": "b", "label": 3}\n')
+        )
     with pytest.raises(DataError, match="the model knows: X, Y"):
         load_labeled(_write(tmp_path / "l.jsonl", '{"text": "a", "label": "SEARCH"}\n'), labels=["X", "Y"])
 
@@ -327,7 +400,9 @@ def _mini_validate(x, s, root, path):
     if "enum" in s:
         assert x in s["enum"], f"{path}: {x!r} not in {s['enum']}"
     if _is_type(x, "number"):
-        assert x >= s.get("minimum", -math.inf) and x <= s.get("maximum", math.inf), f"{path}: {x} out of range"
+        assert x >= s.get("minimum", -math.inf) and x <= s.get("maximum", math.inf), (
+            f"{path}: {x} out of range"
+        )
         assert x > s.get("exclusiveMinimum", -math.inf), f"{path}: {x} out of range"
     if isinstance(x, dict):
         for k in s.get("required", []):
@@ -372,7 +447,9 @@ def test_end_to_end_onnx_report(onnx_report, tiny_exported, tmp_path):
     c = r["classification"]
     assert c["n"] == 10 and sum(map(sum, c["confusion_matrix"]["matrix"])) == 10
     assert len(r["misclassified"]) == round(10 * (1 - c["accuracy"]))
-    assert [row["tau"] for row in r["thresholds"]["sweep"]][:2] == [0.3, 0.35] and r["thresholds"]["sweep"][-1]["tau"] == 0.95
+    assert [row["tau"] for row in r["thresholds"]["sweep"]][:2] == [0.3, 0.35] and r["thresholds"]["sweep"][
+        -1
+    ]["tau"] == 0.95
     assert r["oos"]["n"] == 7 and 0 <= r["oos"]["recall"] <= r["oos"]["router_recall"] <= 1
     assert r["oos"]["guardrail_share"] > 0  # "???" and "asdfgh" never reach the classifier in the router
     assert r["latency"]["single"]["n"] == 10 and r["latency"]["single"]["p50_ms"] > 0
@@ -380,14 +457,28 @@ def test_end_to_end_onnx_report(onnx_report, tiny_exported, tmp_path):
     assert r["verifier"] is None
 
     paths = write_report(r, tmp_path / "out")
-    assert {p.name for p in paths.values()} == {"eval.json", "report.md", "confusion_matrix.png", "reliability.png", "thresholds.png"}
+    assert {p.name for p in paths.values()} == {
+        "eval.json",
+        "report.md",
+        "confusion_matrix.png",
+        "reliability.png",
+        "thresholds.png",
+    }
     for key in ("confusion_matrix", "reliability", "thresholds"):
         data = paths[key].read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
     assert load_report(paths["json"]) == json.loads(json.dumps(r))
     md = paths["markdown"].read_text()
-    for heading in ("## Summary", "## Per class", "## Confusion matrix", "## Calibration", "## Threshold sweep",
-                    "## Out of scope", "## Latency", "## Misclassified"):
+    for heading in (
+        "## Summary",
+        "## Per class",
+        "## Confusion matrix",
+        "## Calibration",
+        "## Threshold sweep",
+        "## Out of scope",
+        "## Latency",
+        "## Misclassified",
+    ):
         assert heading in md
     assert "**0.75**" in md and "(confusion_matrix.png)" in md
 
@@ -466,14 +557,23 @@ def test_evaluation_with_a_verifier():
     stub = _StubPredictor(rows)
     assert max(stub.table[rows[0]["text"]]) < 0.75 <= min(max(stub.table[r["text"]]) for r in rows[4:])
     oracle = _Oracle({r["text"]: r["label"] for r in rows[1:4]})  # fails on the first
-    r = run_evaluation(None, TINY / "test.jsonl", predictor=stub, verifier=oracle, verifier_name="oracle",
-                       max_latency_samples=0)
+    r = run_evaluation(
+        None,
+        TINY / "test.jsonl",
+        predictor=stub,
+        verifier=oracle,
+        verifier_name="oracle",
+        max_latency_samples=0,
+    )
     _validate(r, load_schema())
     v = r["verifier"]
     assert v["verifier"] == "oracle" and (v["n_below"], v["answered"], v["failed"]) == (4, 3, 1)
     assert v["classifier_accuracy"] == 0.5 and v["verifier_accuracy"] == 0.75 and v["lift"] == 0.25
     assert v["end_to_end_accuracy"] == pytest.approx(0.9)
-    assert r["classification"]["accuracy"] == pytest.approx(0.8) and r["thresholds"]["at_tau"]["accepted_share"] == 0.6
+    assert (
+        r["classification"]["accuracy"] == pytest.approx(0.8)
+        and r["thresholds"]["at_tau"]["accepted_share"] == 0.6
+    )
     assert r["latency"] is None and r["model"]["path"] is None
 
 
@@ -482,11 +582,18 @@ def test_hub_class_labels_become_names(monkeypatch):
 
     import eval.data as data_mod
 
-    features = datasets.Features({"text": datasets.Value("string"), "intent": datasets.ClassLabel(names=["SEARCH", "ACTION"])})
+    features = datasets.Features(
+        {"text": datasets.Value("string"), "intent": datasets.ClassLabel(names=["SEARCH", "ACTION"])}
+    )
     table = datasets.Dataset.from_dict({"text": ["find it", "run it"], "intent": [0, 1]}, features=features)
     monkeypatch.setattr(data_mod, "_load_table", lambda source, split: (table, "hub", None, None))
     d = load_labeled("org/intents", label_column="intent", split="validation")
-    assert d.labels == ["SEARCH", "ACTION"] and d.format == "hub" and d.split == "validation" and d.where(1) == "row 2"
+    assert (
+        d.labels == ["SEARCH", "ACTION"]
+        and d.format == "hub"
+        and d.split == "validation"
+        and d.where(1) == "row 2"
+    )
 
 
 def test_hub_name_offline_is_a_clear_error():
@@ -504,8 +611,16 @@ def test_cli_evaluate_as_build_calls_it(tiny_exported, tmp_path):
 
     model_dir, _ = tiny_exported
     out = tmp_path / "build-report"
-    report = evaluate(model=model_dir, data=TINY / "test.jsonl", oos=TINY / "oos.jsonl", out=out, threshold=None,
-                      variant=None, text_column="text", label_column="label")
+    report = evaluate(
+        model=model_dir,
+        data=TINY / "test.jsonl",
+        oos=TINY / "oos.jsonl",
+        out=out,
+        threshold=None,
+        variant=None,
+        text_column="text",
+        label_column="label",
+    )
     assert (out / "eval.json").is_file() and (out / "thresholds.png").is_file()
     assert report["model"]["backend"] == "onnx" and report["oos"]["n"] == 7
     write_baseline(report, tmp_path / "baseline.json")
@@ -513,7 +628,9 @@ def test_cli_evaluate_as_build_calls_it(tiny_exported, tmp_path):
 
     from cli import app
 
-    r = CliRunner().invoke(app, ["gate", "--report", str(out / "eval.json"), "--baseline", str(tmp_path / "baseline.json")])
+    r = CliRunner().invoke(
+        app, ["gate", "--report", str(out / "eval.json"), "--baseline", str(tmp_path / "baseline.json")]
+    )
     assert r.exit_code == 0, r.output
 
 
@@ -524,7 +641,19 @@ def test_cli_eval_reports_data_errors(tiny_exported, tmp_path):
 
     model_dir, _ = tiny_exported
     bad = _write(tmp_path / "bad.csv", "text,label\nfind the deck,WEATHER\n")
-    r = CliRunner().invoke(app, ["eval", "--model", str(model_dir), "--data", str(bad), "--out", str(tmp_path / "o"),
-                                 "--max-latency-samples", "0"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "eval",
+            "--model",
+            str(model_dir),
+            "--data",
+            str(bad),
+            "--out",
+            str(tmp_path / "o"),
+            "--max-latency-samples",
+            "0",
+        ],
+    )
     assert r.exit_code == 1
     assert "unknown label 'WEATHER'" in r.output and "bad.csv" in r.output

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from router.classifier import Classification, Classifier
 from router.config import RouterConfig
 from router.decision import Decision, decision_json_schema
 from router.routing import Router
@@ -52,8 +51,10 @@ def test_search_gives_retrieval_and_reflection(shipped_router):
 
 
 def test_planning_gives_planner_retrieval_synthesis(shipped_router):
-    d = shipped_router.route("draft a rollout plan with milestones for moving our payroll to the new provider by march",
-                             role="analyst")
+    d = shipped_router.route(
+        "draft a rollout plan with milestones for moving our payroll to the new provider by march",
+        role="analyst",
+    )
     assert d.intent.value == "PLANNING" and d.source == "classifier"
     assert sorted(d.skills.required) == ["planner", "retrieval", "synthesis"]
     assert d.context_budget == 3500 and d.servable
@@ -125,7 +126,11 @@ def test_threshold_out_of_range_is_rejected(tiny_exported):
 
 
 def test_config_file_threshold_validation(tmp_path):
-    text = (Path(ROOT) / "router" / "config" / "default.yaml").read_text().replace("threshold: 0.75", "threshold: 0")
+    text = (
+        (Path(ROOT) / "router" / "config" / "default.yaml")
+        .read_text()
+        .replace("threshold: 0.75", "threshold: 0")
+    )
     p = tmp_path / "cfg.yaml"
     p.write_text(text)
     with pytest.raises(ValueError, match="threshold"):
@@ -150,10 +155,13 @@ def test_verifier_intent_is_used_below_threshold(tiny_exported):
     assert [s.stage for s in d.trace] == ["guardrail", "classifier", "threshold", "verifier", "rbac"]
 
 
-@pytest.mark.parametrize("exc,reason", [
-    (VerifierError("boom", status="timeout"), "verifier_failed"),
-    (RuntimeError("a custom verifier crashed"), "verifier_failed"),
-])
+@pytest.mark.parametrize(
+    "exc,reason",
+    [
+        (VerifierError("boom", status="timeout"), "verifier_failed"),
+        (RuntimeError("a custom verifier crashed"), "verifier_failed"),
+    ],
+)
 def test_verifier_failure_falls_back(tiny_exported, exc, reason):
     model_dir, _ = tiny_exported
     r = Router.load(model_dir, verifier=FailingVerifier(exc), threshold=1.0)
@@ -207,8 +215,13 @@ def test_overlong_input_is_truncated_and_flagged(tiny_router):
 
 # ------------------------------------------------------------------------------- batch and threads
 def test_batch_matches_single_messages(tiny_router):
-    texts = ["find the expense policy", "restart the staging cluster", "", "what did i tell you earlier",
-             "compare the two vendor proposals for the new crm system in detail please"]
+    texts = [
+        "find the expense policy",
+        "restart the staging cluster",
+        "",
+        "what did i tell you earlier",
+        "compare the two vendor proposals for the new crm system in detail please",
+    ]
     batch = tiny_router.route_batch(texts, role="admin")
     for text, b in zip(texts, batch):
         s = tiny_router.route(text, role="admin")
@@ -218,7 +231,9 @@ def test_batch_matches_single_messages(tiny_router):
 
 
 def test_many_threads_give_the_same_answers_as_one(tiny_router):
-    texts = [l for l in (Path(__file__).parent / "fixtures" / "tiny" / "train.jsonl").read_text().splitlines()]
+    texts = [
+        l for l in (Path(__file__).parent / "fixtures" / "tiny" / "train.jsonl").read_text().splitlines()
+    ]
     texts = [json.loads(l)["text"] for l in texts] * 5
     expected = [(d.intent, round(d.confidence, 4)) for d in (tiny_router.route(t, "admin") for t in texts)]
     with ThreadPoolExecutor(max_workers=8) as pool:
@@ -230,8 +245,21 @@ def test_many_threads_give_the_same_answers_as_one(tiny_router):
 def test_decision_fields_and_committed_schema(tiny_router):
     d = tiny_router.route("find the expense policy", role="viewer")
     data = json.loads(d.model_dump_json())
-    for key in ("intent", "confidence", "ranking", "source", "reason_code", "skills", "denied", "requires_confirmation",
-                "context_budget", "threshold", "model_id", "latency", "trace"):
+    for key in (
+        "intent",
+        "confidence",
+        "ranking",
+        "source",
+        "reason_code",
+        "skills",
+        "denied",
+        "requires_confirmation",
+        "context_budget",
+        "threshold",
+        "model_id",
+        "latency",
+        "trace",
+    ):
         assert key in data
     assert set(data["latency"]) == {"tokenize_ms", "inference_ms", "verifier_ms", "total_ms"}
     assert len(data["ranking"]) == 5 and abs(sum(r["probability"] for r in data["ranking"]) - 1) < 1e-4

@@ -48,8 +48,12 @@ def test_onnx_probabilities_match_pytorch(tiny_exported):
 
     out, manifest = tiny_exported
     model = load_setfit(out / "checkpoint")
-    texts = ["where is the security policy", "restart the api gateway", "what did we say before",
-             "a much longer message " * 40]
+    texts = [
+        "where is the security policy",
+        "restart the api gateway",
+        "what did we say before",
+        "a much longer message " * 40,
+    ]
     expected = calibrated_probs(model, texts, manifest.calibration.temperature)
     got = Classifier(out, variant="fp32").predict_proba(texts)
     np.testing.assert_allclose(got, expected, atol=1e-4)
@@ -57,8 +61,8 @@ def test_onnx_probabilities_match_pytorch(tiny_exported):
 
 def test_label_order_comes_from_the_head_not_the_data(tmp_path):
     """Rows whose first-seen label order differs from the sorted order the head uses."""
-    from training.train import calibrated_probs, head_labels, load_setfit, train
     from training.export import export_model
+    from training.train import calibrated_probs, head_labels, load_setfit, train
 
     rows = [json.loads(l) for l in (TINY / "train.jsonl").read_text().splitlines()]
     rows.sort(key=lambda r: ["SEARCH", "REASONING", "PLANNING", "MEMORY", "ACTION"].index(r["label"]))
@@ -66,11 +70,22 @@ def test_label_order_comes_from_the_head_not_the_data(tmp_path):
     two = [r for r in rows if r["label"] in ("SEARCH", "ACTION")]
     two.sort(key=lambda r: r["label"] != "SEARCH")
     for split in ("train", "dev", "test"):
-        src = two if split == "train" else [json.loads(l) for l in (TINY / f"{split}.jsonl").read_text().splitlines()
-                                             if json.loads(l)["label"] in ("SEARCH", "ACTION")]
+        src = (
+            two
+            if split == "train"
+            else [
+                json.loads(l)
+                for l in (TINY / f"{split}.jsonl").read_text().splitlines()
+                if json.loads(l)["label"] in ("SEARCH", "ACTION")
+            ]
+        )
         (tmp_path / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in src))
-    cfg = tiny_config(train_file=tmp_path / "train.jsonl", dev_file=tmp_path / "dev.jsonl",
-                      test_file=tmp_path / "test.jsonl", max_steps=30)
+    cfg = tiny_config(
+        train_file=tmp_path / "train.jsonl",
+        dev_file=tmp_path / "dev.jsonl",
+        test_file=tmp_path / "test.jsonl",
+        max_steps=30,
+    )
     out = tmp_path / "m"
     manifest = train(cfg, out, report=lambda _: None, show_progress=False)
     model = load_setfit(out / "checkpoint")

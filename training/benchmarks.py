@@ -24,10 +24,10 @@ import json
 import os
 import platform
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -65,7 +65,9 @@ def _clinc_file(path: str | Path) -> Path:
     p = Path(path)
     p = p / CLINC_FILE if p.is_dir() else p
     if not p.is_file():
-        raise BenchmarkDataError(f"{p}: CLINC150 file not found (expected {CLINC_FILE} or a folder holding it)")
+        raise BenchmarkDataError(
+            f"{p}: CLINC150 file not found (expected {CLINC_FILE} or a folder holding it)"
+        )
     return p
 
 
@@ -85,7 +87,9 @@ def read_clinc150(path: str | Path) -> dict[str, Split]:
     for key in CLINC_KEYS:
         texts, labels = [], []
         for i, item in enumerate(data[key]):
-            if not (isinstance(item, (list, tuple)) and len(item) == 2 and all(isinstance(x, str) for x in item)):
+            if not (
+                isinstance(item, (list, tuple)) and len(item) == 2 and all(isinstance(x, str) for x in item)
+            ):
                 raise BenchmarkDataError(f"{f}: {key}[{i}] is not a [text, label] pair of strings: {item!r}")
             text, label = item[0].strip(), item[1].strip()
             if not text or not label:
@@ -113,7 +117,9 @@ def _read_banking_csv(f: Path) -> Split:
         for row in reader:
             text, label = (row.get("text") or "").strip(), (row.get(label_col) or "").strip()
             if not text or not label:
-                raise BenchmarkDataError(f"{f}: record ending on line {reader.line_num} has an empty text or {label_col}")
+                raise BenchmarkDataError(
+                    f"{f}: record ending on line {reader.line_num} has an empty text or {label_col}"
+                )
             texts.append(text)
             labels.append(label)
     if not texts:
@@ -167,7 +173,9 @@ THRESHOLD_CRITERIA = {
 }
 
 
-def choose_threshold(conf_in: np.ndarray, correct_in: np.ndarray, conf_oos: np.ndarray, criterion: str = "balanced") -> dict:
+def choose_threshold(
+    conf_in: np.ndarray, correct_in: np.ndarray, conf_oos: np.ndarray, criterion: str = "balanced"
+) -> dict:
     """The tau that maximises ``criterion`` on a validation set.
 
     In-scope accuracy counts a message right only if it is accepted (confidence >= tau) and its
@@ -177,8 +185,11 @@ def choose_threshold(conf_in: np.ndarray, correct_in: np.ndarray, conf_oos: np.n
     and the midpoints between consecutive distinct confidences; ties go to the lowest tau."""
     if criterion not in THRESHOLD_CRITERIA:
         raise ValueError(f"criterion must be one of {sorted(THRESHOLD_CRITERIA)}")
-    conf_in, correct_in, conf_oos = (np.asarray(conf_in, dtype=np.float64), np.asarray(correct_in, dtype=bool),
-                                     np.asarray(conf_oos, dtype=np.float64))
+    conf_in, correct_in, conf_oos = (
+        np.asarray(conf_in, dtype=np.float64),
+        np.asarray(correct_in, dtype=bool),
+        np.asarray(conf_oos, dtype=np.float64),
+    )
     if not len(conf_in) or not len(conf_oos):
         raise ValueError("need in-scope and out-of-scope validation rows to choose a threshold")
     u = np.unique(np.concatenate([conf_in, conf_oos]))
@@ -191,23 +202,38 @@ def choose_threshold(conf_in: np.ndarray, correct_in: np.ndarray, conf_oos: np.n
     else:
         score = (in_acc * len(conf_in) + oos_rec * len(conf_oos)) / (len(conf_in) + len(conf_oos))
     best = int(np.argmax(score))
-    return {"tau": float(taus[best]), "criterion": THRESHOLD_CRITERIA[criterion],
-            "val_in_scope_accuracy": float(in_acc[best]), "val_oos_recall": float(oos_rec[best]),
-            "val_score": float(score[best])}
+    return {
+        "tau": float(taus[best]),
+        "criterion": THRESHOLD_CRITERIA[criterion],
+        "val_in_scope_accuracy": float(in_acc[best]),
+        "val_oos_recall": float(oos_rec[best]),
+        "val_score": float(score[best]),
+    }
 
 
 def at_tau(conf_in: np.ndarray, correct_in: np.ndarray, conf_oos: np.ndarray, tau: float) -> dict:
-    conf_in, correct_in, conf_oos = np.asarray(conf_in), np.asarray(correct_in, dtype=bool), np.asarray(conf_oos)
-    return {"in_scope_accuracy": float((correct_in & (conf_in >= tau)).mean()),
-            "in_scope_accepted_share": float((conf_in >= tau).mean()),
-            "oos_recall": float((conf_oos < tau).mean())}
+    conf_in, correct_in, conf_oos = (
+        np.asarray(conf_in),
+        np.asarray(correct_in, dtype=bool),
+        np.asarray(conf_oos),
+    )
+    return {
+        "in_scope_accuracy": float((correct_in & (conf_in >= tau)).mean()),
+        "in_scope_accepted_share": float((conf_in >= tau).mean()),
+        "oos_recall": float((conf_oos < tau).mean()),
+    }
 
 
 # ------------------------------------------------------------------------------------ runner
 def _spread(values: Sequence[float]) -> dict:
     v = np.asarray(values, dtype=np.float64)
-    return {"mean": float(v.mean()), "std": float(v.std(ddof=1)) if len(v) > 1 else 0.0,
-            "min": float(v.min()), "max": float(v.max()), "n": int(len(v))}
+    return {
+        "mean": float(v.mean()),
+        "std": float(v.std(ddof=1)) if len(v) > 1 else 0.0,
+        "min": float(v.min()),
+        "max": float(v.max()),
+        "n": len(v),
+    }
 
 
 def _ids(labels: Sequence[str], order: list[str]) -> np.ndarray:
@@ -218,8 +244,15 @@ def _ids(labels: Sequence[str], order: list[str]) -> np.ndarray:
     return np.array([index[l] for l in labels], dtype=int)
 
 
-def _seed_run(name: str, splits: dict[str, Split], shots: int | None, seed: int, config, report: Reporter,
-              show_progress: bool) -> dict:
+def _seed_run(
+    name: str,
+    splits: dict[str, Split],
+    shots: int | None,
+    seed: int,
+    config,
+    report: Reporter,
+    show_progress: bool,
+) -> dict:
     from eval.calibration import softmax, summary
     from eval.metrics import classification_metrics
     from training.calibrate import fit_temperature
@@ -251,19 +284,31 @@ def _seed_run(name: str, splits: dict[str, Split], shots: int | None, seed: int,
     probs = softmax(test_logits, temperature)
     cls = classification_metrics(y_test, probs.argmax(axis=1), labels)
     cal = summary(probs, y_test)
-    run["test"] = {"n": len(test), "accuracy": cls["accuracy"], "macro_f1": cls["macro_f1"],
-                   "ece": cal["ece"], "nll": cal["nll"]}
+    run["test"] = {
+        "n": len(test),
+        "accuracy": cls["accuracy"],
+        "macro_f1": cls["macro_f1"],
+        "ece": cal["ece"],
+        "nll": cal["nll"],
+    }
 
     if "oos_val" in splits and val is not None:
         val_probs = softmax(val_logits, temperature)
         oos_val_conf = softmax(logits(splits["oos_val"].texts), temperature).max(axis=1)
         oos_test_conf = softmax(logits(splits["oos_test"].texts), temperature).max(axis=1)
         for key, criterion in (("oos", "balanced"), ("oos_pooled", "pooled")):  # "oos" is the headline result
-            chosen = choose_threshold(val_probs.max(axis=1), val_probs.argmax(axis=1) == y_val, oos_val_conf, criterion)
+            chosen = choose_threshold(
+                val_probs.max(axis=1), val_probs.argmax(axis=1) == y_val, oos_val_conf, criterion
+            )
             res = at_tau(probs.max(axis=1), probs.argmax(axis=1) == y_test, oos_test_conf, chosen["tau"])
-            run[key] = {**chosen, "n_val": len(splits["oos_val"]), "n_test": len(splits["oos_test"]),
-                        "test_in_scope_accuracy": res["in_scope_accuracy"],
-                        "test_in_scope_accepted_share": res["in_scope_accepted_share"], "test_oos_recall": res["oos_recall"]}
+            run[key] = {
+                **chosen,
+                "n_val": len(splits["oos_val"]),
+                "n_test": len(splits["oos_test"]),
+                "test_in_scope_accuracy": res["in_scope_accuracy"],
+                "test_in_scope_accepted_share": res["in_scope_accepted_share"],
+                "test_oos_recall": res["oos_recall"],
+            }
     seconds["eval"] = time.perf_counter() - t0
     seconds["total"] = time.perf_counter() - t_start
     run["seconds"] = {k: round(v, 2) for k, v in seconds.items()}
@@ -305,18 +350,27 @@ def _torch_threads() -> int | None:
         return None
 
 
-def run_benchmark(name: str, path: str | Path, shots: int | None = 10, seeds: int | Sequence[int] = 3,
-                  max_steps: int | None = None, batch_size: int | None = None, base_model: str | None = None,
-                  report: Reporter = print, show_progress: bool = False,
-                  on_seed: Callable[[dict], None] | None = None, **train_options) -> dict:
+def run_benchmark(
+    name: str,
+    path: str | Path,
+    shots: int | None = 10,
+    seeds: int | Sequence[int] = 3,
+    max_steps: int | None = None,
+    batch_size: int | None = None,
+    base_model: str | None = None,
+    report: Reporter = print,
+    show_progress: bool = False,
+    on_seed: Callable[[dict], None] | None = None,
+    **train_options,
+) -> dict:
     """Train and evaluate one SetFit model per seed on a public benchmark; return the results dict.
 
     ``shots`` None or 0 trains on the full train split. ``seeds`` is a count (seeds 0..n-1) or the seeds
     themselves; each seed draws the k-shot sample and seeds training. ``max_steps``, ``batch_size``,
     ``base_model`` and ``train_options`` (any other ``TrainConfig`` field, e.g. ``head_c``) override the
     ``TrainConfig`` defaults. ``on_seed`` gets the partial result after every seed (to save progress)."""
-    from training.config import TrainConfig
     from router.manifest import package_versions
+    from training.config import TrainConfig
     from training.train import VERSIONED_PACKAGES, quiet_libraries
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -336,18 +390,32 @@ def run_benchmark(name: str, path: str | Path, shots: int | None = 10, seeds: in
     result: dict = {
         "benchmark": name,
         "path": str(path),
-        "data": {"files": {str(f): sha256_file(f) for f in data_files(name, path)},
-                 "rows": {k: len(v) for k, v in splits.items()}, "classes": len(splits["train"].classes)},
+        "data": {
+            "files": {str(f): sha256_file(f) for f in data_files(name, path)},
+            "rows": {k: len(v) for k, v in splits.items()},
+            "classes": len(splits["train"].classes),
+        },
         "shots": shots,
-        "protocol": (f"{shots} rows per class sampled from train with each seed" if shots else "full train split")
+        "protocol": (
+            f"{shots} rows per class sampled from train with each seed" if shots else "full train split"
+        )
         + "; accuracy on the full test split"
-        + ("; temperature fitted on val; out-of-scope threshold chosen on val + oos_val, applied to test + oos_test"
-           if name == "clinc150" else "; no val split, so no temperature (T = 1)"),
+        + (
+            "; temperature fitted on val; out-of-scope threshold chosen on val + oos_val, applied to test + oos_test"
+            if name == "clinc150"
+            else "; no val split, so no temperature (T = 1)"
+        ),
         "seeds": seed_list,
-        "hyperparameters": base_cfg.model_dump(mode="json", exclude={"name", "train_file", "dev_file", "test_file", "seed"}),
+        "hyperparameters": base_cfg.model_dump(
+            mode="json", exclude={"name", "train_file", "dev_file", "test_file", "seed"}
+        ),
         "versions": package_versions(VERSIONED_PACKAGES),
-        "machine": {"cpus": os.cpu_count(), "torch_threads": _torch_threads(), "platform": platform.platform(),
-                    "processor": platform.processor() or None},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "torch_threads": _torch_threads(),
+            "platform": platform.platform(),
+            "processor": platform.processor() or None,
+        },
         "created_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "complete": False,
         "runs": [],
@@ -367,14 +435,24 @@ def run_benchmark(name: str, path: str | Path, shots: int | None = 10, seeds: in
 def format_summary(result: dict) -> list[tuple[str, str]]:
     """(metric, 'mean ± std (min-max)') rows in percent, for printing and docs."""
     s = result["summary"]
-    pct = lambda d: f"{100 * d['mean']:.2f} ± {100 * d['std']:.2f} ({100 * d['min']:.2f}-{100 * d['max']:.2f})"  # noqa: E731
+    pct = lambda d: (
+        f"{100 * d['mean']:.2f} ± {100 * d['std']:.2f} ({100 * d['min']:.2f}-{100 * d['max']:.2f})"
+    )  # noqa: E731
     rows = [("accuracy %", pct(s["accuracy"])), ("macro-F1 %", pct(s["macro_f1"]))]
     if "oos_recall" in s:
-        rows += [("in-scope accuracy at tau %", pct(s["in_scope_accuracy_at_tau"])), ("out-of-scope recall %", pct(s["oos_recall"])),
-                 ("tau (chosen on val, balanced)", f"{s['tau']['mean']:.3f} ± {s['tau']['std']:.3f}")]
+        rows += [
+            ("in-scope accuracy at tau %", pct(s["in_scope_accuracy_at_tau"])),
+            ("out-of-scope recall %", pct(s["oos_recall"])),
+            ("tau (chosen on val, balanced)", f"{s['tau']['mean']:.3f} ± {s['tau']['std']:.3f}"),
+        ]
     if "pooled_threshold" in s:
         q = s["pooled_threshold"]
-        rows += [("pooled tau: in-scope accuracy %", pct(q["in_scope_accuracy_at_tau"])), ("pooled tau: out-of-scope recall %", pct(q["oos_recall"])),
-                 ("tau (chosen on val, pooled)", f"{q['tau']['mean']:.3f} ± {q['tau']['std']:.3f}")]
-    rows.append(("seconds per seed", f"{s['seconds_per_seed']['mean']:.0f} ± {s['seconds_per_seed']['std']:.0f}"))
+        rows += [
+            ("pooled tau: in-scope accuracy %", pct(q["in_scope_accuracy_at_tau"])),
+            ("pooled tau: out-of-scope recall %", pct(q["oos_recall"])),
+            ("tau (chosen on val, pooled)", f"{q['tau']['mean']:.3f} ± {q['tau']['std']:.3f}"),
+        ]
+    rows.append(
+        ("seconds per seed", f"{s['seconds_per_seed']['mean']:.0f} ± {s['seconds_per_seed']['std']:.0f}")
+    )
     return rows

@@ -15,6 +15,10 @@ def fit_temperature(logits: np.ndarray, y: np.ndarray, bounds: tuple[float, floa
     if len(y) == 0:
         raise ValueError("cannot fit a temperature on an empty set")
     lo, hi = np.log(bounds[0]), np.log(bounds[1])
-    res = minimize_scalar(lambda t: nll(softmax(logits, float(np.exp(t))), y), bounds=(lo, hi), method="bounded",
-                          options={"xatol": 1e-5})
+    res = minimize_scalar(
+        lambda t: nll(softmax(logits, float(np.exp(t))), y),
+        bounds=(lo, hi),
+        method="bounded",
+        options={"xatol": 1e-5},
+    )
     return float(np.exp(res.x))

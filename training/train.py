@@ -5,16 +5,15 @@ Writes ``<out>/checkpoint/`` (the SetFit model) and ``<out>/manifest.json``.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import platform
 import random
 import tempfile
 import time
 import warnings
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -25,8 +24,15 @@ from training.corpus import Example, load_examples
 
 CHECKPOINT_DIR = "checkpoint"
 VERSIONED_PACKAGES = (
-    "setfit", "sentence-transformers", "transformers", "torch", "scikit-learn",
-    "onnxruntime", "onnx", "tokenizers", "numpy",
+    "setfit",
+    "sentence-transformers",
+    "transformers",
+    "torch",
+    "scikit-learn",
+    "onnxruntime",
+    "onnx",
+    "tokenizers",
+    "numpy",
 )
 
 Reporter = Callable[[str], None]
@@ -57,7 +63,9 @@ def head_labels(model) -> list[str]:
 
 
 def encode(model, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
-    emb = model.model_body.encode(list(texts), batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False)
+    emb = model.model_body.encode(
+        list(texts), batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False
+    )
     return np.asarray(emb, dtype=np.float32)
 
 
@@ -110,15 +118,22 @@ def _progress_callback(progress, task, report: Reporter, batch_size: int):
 
         def on_step_end(self, args, state, control, **kw):
             progress.update(task, completed=state.global_step)
-            if not interactive and (state.global_step % self.every == 0 or state.global_step == state.max_steps):
+            if not interactive and (
+                state.global_step % self.every == 0 or state.global_step == state.max_steps
+            ):
                 rate = state.global_step * batch_size / (time.perf_counter() - self.t0)
                 report(f"contrastive step {state.global_step}/{state.max_steps} ({rate:.0f} pairs/s)")
 
     return RichProgress()
 
 
-def fit_setfit(texts: Sequence[str], labels: Sequence[str], config: TrainConfig, report: Reporter = print,
-               show_progress: bool = True) -> tuple:
+def fit_setfit(
+    texts: Sequence[str],
+    labels: Sequence[str],
+    config: TrainConfig,
+    report: Reporter = print,
+    show_progress: bool = True,
+) -> tuple:
     """Fit a SetFit model on in-memory rows with ``config``'s hyperparameters (its file fields are not read):
     contrastive body fine-tuning, then the logistic head. Returns ``(model, {"contrastive": s, "head": s})``.
 
@@ -132,7 +147,14 @@ def fit_setfit(texts: Sequence[str], labels: Sequence[str], config: TrainConfig,
         raise ValueError(f"need at least two labels to train, found {labels_in_data}")
 
     from datasets import Dataset
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
     from setfit import SetFitModel, Trainer, TrainingArguments
 
     quiet_libraries()
@@ -164,11 +186,20 @@ def fit_setfit(texts: Sequence[str], labels: Sequence[str], config: TrainConfig,
             show_progress_bar=False,
         )
         with Progress(
-            TextColumn("contrastive steps"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
+            TextColumn("contrastive steps"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
             disable=not show_progress,
         ) as progress:
             task = progress.add_task("train", total=None)
-            trainer = Trainer(model=model, args=args, train_dataset=ds, callbacks=[_progress_callback(progress, task, report, config.batch_size)])
+            trainer = Trainer(
+                model=model,
+                args=args,
+                train_dataset=ds,
+                callbacks=[_progress_callback(progress, task, report, config.batch_size)],
+            )
             from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
             trainer.st_trainer.remove_callback(ProgressCallback)  # rich bar / our lines instead of tqdm
@@ -184,7 +215,9 @@ def fit_setfit(texts: Sequence[str], labels: Sequence[str], config: TrainConfig,
     return model, {"contrastive": body_seconds, "head": head_seconds}
 
 
-def train(config: TrainConfig, out_dir: str | Path, report: Reporter = print, show_progress: bool = True) -> Manifest:
+def train(
+    config: TrainConfig, out_dir: str | Path, report: Reporter = print, show_progress: bool = True
+) -> Manifest:
     """Train, calibrate and evaluate; write the checkpoint and manifest to ``out_dir``."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     out_dir = Path(out_dir)
@@ -201,7 +234,9 @@ def train(config: TrainConfig, out_dir: str | Path, report: Reporter = print, sh
         if unseen:
             raise ValueError(f"{name} file has labels the training data lacks: {unseen}")
 
-    model, seconds = fit_setfit([e.text for e in train_rows], [e.label for e in train_rows], config, report, show_progress)
+    model, seconds = fit_setfit(
+        [e.text for e in train_rows], [e.label for e in train_rows], config, report, show_progress
+    )
     body_seconds, head_seconds = seconds["contrastive"], seconds["head"]
 
     labels = head_labels(model)
@@ -234,8 +269,13 @@ def train(config: TrainConfig, out_dir: str | Path, report: Reporter = print, sh
         base_model=config.base_model if not Path(config.base_model).is_dir() else str(config.base_model),
         max_seq_length=config.max_seq_length,
         training={
-            "hyperparameters": config.model_dump(mode="json", exclude={"name", "train_file", "dev_file", "test_file"}),
-            "data": {"files": _data_digest(data_files), "rows": {"train": len(train_rows), "dev": len(dev_rows), "test": len(test_rows)}},
+            "hyperparameters": config.model_dump(
+                mode="json", exclude={"name", "train_file", "dev_file", "test_file"}
+            ),
+            "data": {
+                "files": _data_digest(data_files),
+                "rows": {"train": len(train_rows), "dev": len(dev_rows), "test": len(test_rows)},
+            },
             "versions": package_versions(VERSIONED_PACKAGES),
             "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
             "seconds": {
