@@ -1,27 +1,32 @@
-"""Router configuration: threshold, intent -> skills, the skill registry and roles (RBAC)."""
+"""Router configuration: threshold, intent -> skills, the skill registry and roles (RBAC).
+
+Loaded strictly (``router.strict``): duplicate keys, unknown fields and non-boolean booleans ("no",
+"yes" as strings, 0/1) are errors naming file and line. ``check_config`` returns the effective
+roles -> skills -> permissions table that ``intent-router config check FILE`` prints.
+"""
 
 from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from router.intents import INTENTS
+from router.strict import StrictLoadError, format_validation_error, load_yaml
 
 WILDCARD = "*"
 
 
 class IntentSkills(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     required: list[str] = Field(default_factory=list)
     optional: list[str] = Field(default_factory=list)
     context_budget: int = Field(ge=0)
 
 
 class Skill(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     permissions: list[str] = Field(default_factory=list)
     requires_confirmation: bool = False
     purpose: str = ""
@@ -31,7 +36,7 @@ class Skill(BaseModel):
 
 
 class Role(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     skills: list[str] = Field(default_factory=list)
     permissions: list[str] = Field(default_factory=list)
 
@@ -51,7 +56,7 @@ def validate_threshold(v: float) -> float:
 
 
 class RouterConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     threshold: float = 0.75
     fallback_intents: list[str] = Field(default_factory=lambda: ["SEARCH", "REASONING"])
     max_chars: int = Field(10000, ge=1)
@@ -81,10 +86,70 @@ class RouterConfig(BaseModel):
             if not p.is_file():
                 raise FileNotFoundError(f"router config not found: {p}")
             text, source = p.read_text(encoding="utf-8"), str(p)
-        data = yaml.safe_load(text)
+        return cls.loads(text, source)
+
+    @classmethod
+    def loads(cls, text: str, source: str = "<config>") -> RouterConfig:
+        """Validate YAML text strictly; every error names ``source`` and the line."""
+        data, lines = load_yaml(text, source)
         if not isinstance(data, dict):
-            raise ValueError(f"{source}: a router config is a mapping")
+            raise StrictLoadError(f"{source}:1: a router config is a mapping")
         try:
             return cls.model_validate(data)
-        except Exception as e:
-            raise ValueError(f"{source}: invalid router config: {e}") from e
+        except ValueError as e:  # pydantic.ValidationError
+            raise StrictLoadError(format_validation_error(e, source, lines, "router config")) from None
+
+
+# ------------------------------------------------------------------------------- config check
+def effective_permissions(config: RouterConfig) -> dict[str, dict[str, dict]]:
+    """roles -> skills -> {granted, permissions, requires_confirmation, reason} for every role and every
+    skill in the registry, exactly as RBAC decides (``router.rbac``)."""
+    from router.rbac import skill_denial_reason
+
+    table: dict[str, dict[str, dict]] = {}
+    for role in sorted(config.roles):
+        row: dict[str, dict] = {}
+        for skill in sorted(config.skills):
+            spec = config.skills[skill]
+            reason = skill_denial_reason(config, role, skill)
+            row[skill] = {
+                "granted": reason is None,
+                "permissions": list(spec.permissions),
+                "requires_confirmation": spec.requires_confirmation,
+                "reason": reason,
+            }
+        table[role] = row
+    return table
+
+
+def check_config(path: str | Path | None = None) -> dict:
+    """Load a router config strictly and return what it grants, as data:
+    ``{"source", "threshold", "fallback_intents", "roles": effective_permissions(...),
+    "intents": {intent: {"required": [...], "optional": [...]}}}``.
+    Raises FileNotFoundError or StrictLoadError (a ValueError whose lines start with ``file:line:``)."""
+    config = RouterConfig.load(path)
+    return {
+        "source": str(path) if path is not None else "router/config/default.yaml",
+        "threshold": config.threshold,
+        "fallback_intents": list(config.fallback_intents),
+        "intents": {
+            name: {"required": list(spec.required), "optional": list(spec.optional)}
+            for name, spec in config.intents.items()
+        },
+        "roles": effective_permissions(config),
+    }
+
+
+def format_permissions(report: dict) -> str:
+    """The roles -> skills -> permissions table of ``check_config`` as plain text, one line per pair."""
+    out = [f"{report['source']}: valid; threshold {report['threshold']}"]
+    for role, skills in report["roles"].items():
+        out.append(f"role {role}:")
+        for skill, e in skills.items():
+            perms = ", ".join(e["permissions"]) or "no permissions"
+            if e["granted"]:
+                confirm = "; requires confirmation" if e["requires_confirmation"] else ""
+                out.append(f"  + {skill} ({perms}){confirm}")
+            else:
+                out.append(f"  - {skill}: {e['reason']}")
+    return "\n".join(out)

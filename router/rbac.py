@@ -39,6 +39,11 @@ def grant_skills(config: RouterConfig, role: str, required: list[str], optional:
     return grant
 
 
+def skill_denial_reason(config: RouterConfig, role: str, skill: str) -> str | None:
+    """Why ``role`` may not use ``skill``, or None when it may."""
+    return _denial_reason(config, role, config.roles.get(role), skill)
+
+
 def _denial_reason(config: RouterConfig, role: str, role_cfg, skill: str) -> str | None:
     if role_cfg is None:
         return f"unknown role {role!r}"

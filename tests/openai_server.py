@@ -176,6 +176,12 @@ class OpenAIServer:
         self._thread.start()
         return self
 
+    def __enter__(self) -> OpenAIServer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
     def stop(self) -> None:
         self._release.set()  # let hanging and delayed handlers finish
         self._httpd.shutdown()
@@ -199,11 +205,16 @@ def llama_cpp_server():
     server.stop()
 
 
-@pytest.fixture
-def closed_port() -> int:
+def free_port() -> int:
     """A port on 127.0.0.1 nobody listens on: connecting is refused."""
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
     return port
+
+
+@pytest.fixture
+def closed_port() -> int:
+    """A port on 127.0.0.1 nobody listens on: connecting is refused."""
+    return free_port()

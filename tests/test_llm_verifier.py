@@ -11,25 +11,20 @@ import pytest
 from router.classifier import Classification
 from router.config import RouterConfig
 from router.decision import Decision, GrantedSkills, InputInfo, ReasonCode
-from router.llm_verifier import (
+from router.routing import Router
+from router.verifier import (
     CircuitBreaker,
     LLMVerifier,
+    Verifier,
+    VerifierError,
     VerifierSettings,
+    VerifierUnavailable,
     chat_completions_url,
     extract_json_object,
     sanitize,
 )
-from router.routing import Router
-from router.verifier import Verifier, VerifierError, VerifierUnavailable
 from tests.conftest import ROOT, below_threshold
-from tests.openai_server import (  # noqa: F401  (pytest fixtures)
-    VALID,
-    OpenAIServer,
-    Reply,
-    closed_port,
-    llama_cpp_server,
-    openai_server,
-)
+from tests.openai_server import VALID, OpenAIServer, Reply, free_port
 
 KEY = "sk-test-SECRET-0123456789abcdef"
 CLS = Classification(
@@ -44,7 +39,28 @@ ENV_VARS = (
     "OPENAI_API_KEY",
     "INTENT_ROUTER_VERIFIER_TIMEOUT",
     "INTENT_ROUTER_VERIFIER_DEADLINE",
+    "INTENT_ROUTER_VERIFIER_API_KEY_ENV",
+    "INTENT_ROUTER_VERIFIER_ALLOW_INSECURE_KEY",
 )
+
+
+@pytest.fixture
+def openai_server():
+    """A started OpenAIServer on 127.0.0.1; stopped after the test."""
+    with OpenAIServer().start() as server:
+        yield server
+
+
+@pytest.fixture
+def llama_cpp_server():
+    """An OpenAIServer that rejects response_format json_schema with HTTP 500, like llama-cpp-python."""
+    with OpenAIServer(reject=("json_schema",)).start() as server:
+        yield server
+
+
+@pytest.fixture
+def closed_port() -> int:
+    return free_port()
 
 
 @pytest.fixture
@@ -445,7 +461,7 @@ def test_raw_output_is_sanitised_and_key_never_in_trace(openai_server, make_veri
     assert raw.startswith("[31mkey=[redacted]x") and len(raw) < 560 and "more chars]" in raw
     assert not any(ord(c) < 32 or c == "\u202e" for c in raw)
     assert KEY not in json.dumps(attempts) and KEY not in str(ei.value) and "[redacted]" in attempts[1]["raw"]
-    assert KEY not in repr(VerifierSettings(base_url="http://x/v1", api_key=KEY))
+    assert KEY not in repr(VerifierSettings(base_url="https://x/v1", api_key=KEY))
     assert sanitize("a\tb\nc\rd") == "a\tb\ncd"
 
 
@@ -474,12 +490,17 @@ def test_settings_from_env(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "from-openai")
     monkeypatch.setenv("INTENT_ROUTER_VERIFIER_TIMEOUT", "3.5")
     s = VerifierSettings.from_env(base_url=None, model=None, timeout=None)  # None does not override
+    # OPENAI_API_KEY is not sent to a non-OpenAI host unless named explicitly
     assert (s.base_url, s.model, s.api_key, s.timeout) == (
         "http://127.0.0.1:11434/v1",
         "qwen2.5:7b",
-        "from-openai",
+        None,
         3.5,
     )
+    monkeypatch.setenv("INTENT_ROUTER_VERIFIER_API_KEY_ENV", "OPENAI_API_KEY")
+    assert VerifierSettings.from_env().api_key == "from-openai"
+    monkeypatch.delenv("INTENT_ROUTER_VERIFIER_API_KEY_ENV")
+    assert VerifierSettings.from_env(base_url="https://api.openai.com/v1").api_key == "from-openai"
     assert s.deadline == 7.0 and s.max_tokens == 64 and s.breaker_failures == 3 and s.breaker_cooldown == 30
     monkeypatch.setenv("INTENT_ROUTER_VERIFIER_API_KEY", "from-router")
     s = VerifierSettings.from_env(base_url="http://localhost:8000/v1/", model="m", timeout=1.0, deadline=1.5)

@@ -9,12 +9,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from router.classifier import Classification
-
 if TYPE_CHECKING:
+    from router.classifier import Classification
     from router.decision import Decision
 
 VERIFIER_REASON_CODES = ("fresh_request", "same_domain_follow_up", "ambiguous", "other")
+
+# statuses of a verification and of each attempt (in the decision trace)
+ACCEPTED = "accepted"
+EMPTY_RESPONSE = "empty_response"
+INVALID_JSON = "invalid_json"
+INVALID_INTENT = "invalid_intent"
+HTTP_ERROR = "http_error"
+TIMEOUT = "timeout"
+CIRCUIT_OPEN = "circuit_open"  # VerifierUnavailable: not called at all
 
 
 @dataclass

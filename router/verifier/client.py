@@ -1,0 +1,376 @@
+"""LLMVerifier over an OpenAI-compatible ``POST {base_url}/chat/completions`` (Ollama, vLLM, llama.cpp
+server, LM Studio, OpenAI, Azure OpenAI).
+
+Asked only when the classifier's calibrated confidence is below the threshold, it chooses one of the
+five intents; skills and RBAC are applied by the router afterwards, so a message cannot grant itself
+anything. ``response_format`` is sent as ``json_schema``; an endpoint that rejects it is retried as
+``json_object`` + schema, then as plain JSON instructions, and the dialect it accepted is remembered.
+One strict retry follows an invalid output. Every attempt (status, sanitised raw output) goes into the
+decision trace. The whole verification has a wall-clock deadline that holds whatever the server does
+(see ``router.verifier.transport``), and a circuit breaker stops calling an endpoint that keeps failing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from router.verifier import transport
+from router.verifier.base import (
+    ACCEPTED,
+    CIRCUIT_OPEN,
+    EMPTY_RESPONSE,
+    HTTP_ERROR,
+    INVALID_JSON,
+    TIMEOUT,
+    VerifierError,
+    VerifierResult,
+    VerifierUnavailable,
+)
+from router.verifier.breaker import CircuitBreaker
+from router.verifier.parsing import RAW_LIMIT, rejects_response_format, sanitize, validate_output
+from router.verifier.prompt import (
+    OUTPUT_SCHEMA,
+    build_system_prompt,
+    build_user_prompt,
+    load_intent_definitions,
+    strict_retry_suffix,
+)
+from router.verifier.settings import AZURE_SUFFIXES, VerifierSettings, is_loopback, redact_url
+
+if TYPE_CHECKING:
+    from router.classifier import Classification
+    from router.config import RouterConfig
+    from router.decision import Decision
+
+log = logging.getLogger("router.verifier")
+
+DIALECTS = ("json_schema", "json_object", "plain")  # tried in this order; the endpoint's choice is remembered
+MAX_BODY_BYTES = 1_000_000  # a response body larger than this is cut (and will not parse)
+MIN_ATTEMPT_SECONDS = 0.02  # do not start a request with less time than this left before the deadline
+MAX_RETRY_TOKENS = 1024  # cap for the raised max_tokens after a finish_reason "length"
+PHASES = {
+    "dns": "name resolution",
+    "connect": "the TCP connection",
+    "tls": "the TLS handshake",
+    "send": "sending the request",
+    "headers": "the response headers",
+    "body": "the response body",
+}
+
+_URL = re.compile(r"https?://[^\s\"'<>]+")
+
+
+class _RedactURLs(logging.Filter):
+    """Redacts credentials in any URL of a log record (httpx logs every request URL at INFO)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            msg = record.getMessage()
+        except Exception:
+            return True
+        redacted = _URL.sub(lambda m: redact_url(m.group(0)), msg)
+        if redacted != msg:
+            record.msg, record.args = redacted, ()
+        return True
+
+
+_FILTER = _RedactURLs()
+
+
+def install_log_redaction() -> None:
+    """Idempotent: add the URL-redacting filter to httpx's and httpcore's loggers."""
+    for name in ("httpx", "httpcore"):
+        lg = logging.getLogger(name)
+        if _FILTER not in lg.filters:
+            lg.addFilter(_FILTER)
+
+
+class _Failure(Exception):
+    def __init__(self, status: str, message: str, endpoint_failed: bool) -> None:
+        super().__init__(message)
+        self.status, self.endpoint_failed = status, endpoint_failed
+
+
+class _DeadlineReached(Exception):
+    pass
+
+
+class LLMVerifier:
+    """Verifier over an OpenAI-compatible chat completions endpoint. Thread-safe: one httpx.Client shared
+    by all calls, breaker and dialect state under locks."""
+
+    def __init__(
+        self,
+        settings: VerifierSettings,
+        registry: RouterConfig | str | Path | None = None,
+        *,
+        intents_path: str | Path | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        from router.config import RouterConfig
+
+        self.settings = settings
+        if not isinstance(registry, RouterConfig):
+            registry = RouterConfig.load(registry if registry is not None else settings.registry_path)
+        self.registry = registry
+        self.system_prompt = build_system_prompt(registry, load_intent_definitions(intents_path))
+        self.endpoint = settings.endpoint_display  # for messages and logs; credentials redacted
+        self._url = settings.endpoint
+        self._secrets = settings.secrets
+        self.breaker = CircuitBreaker(settings.breaker_failures, settings.breaker_cooldown, clock=clock)
+        self._clock = clock
+        self._dialect_lock = threading.Lock()
+        self._dialect_index = 0  # into DIALECTS: what this endpoint accepts, learnt from its rejections
+        headers = {"Accept": "application/json", "User-Agent": "intent-router-verifier"}
+        host = settings.host
+        if settings.api_key:
+            style = (
+                settings.api_key_header or ("api-key" if host.endswith(AZURE_SUFFIXES) else "authorization")
+            ).lower()
+            if style == "api-key":
+                headers["api-key"] = settings.api_key
+            else:
+                headers["Authorization"] = f"Bearer {settings.api_key}"
+        install_log_redaction()
+        limits = httpx.Limits(max_connections=64, max_keepalive_connections=16)
+        # a local LLM must not be sent through an HTTP(S)_PROXY from the environment
+        self._client = httpx.Client(
+            headers=headers,
+            trust_env=not is_loopback(host),
+            follow_redirects=False,
+            transport=transport.deadline_transport(limits),
+        )
+
+    # --------------------------------------------------------------------------------- public
+    @property
+    def dialect(self) -> str:
+        """The response_format dialect the next request uses (what the endpoint last accepted)."""
+        with self._dialect_lock:
+            return DIALECTS[self._dialect_index]
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> LLMVerifier:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def verify(
+        self, text: str, classification: Classification, previous: Decision | None = None
+    ) -> VerifierResult:
+        start = self._clock()
+        token = self.breaker.acquire()
+        if token is None:
+            wait = self.breaker.retry_in()
+            why = (
+                f"circuit breaker open after {self.breaker.failures} consecutive failure(s); next trial in {wait:.1f} s"
+                if wait > 0
+                else "circuit breaker half-open: a trial call is in flight"
+            )
+            raise VerifierUnavailable(
+                f"{why} ({self.endpoint})", status=CIRCUIT_OPEN, breaker=self.breaker.state
+            )
+        was_probe = token == CircuitBreaker.HALF_OPEN
+        attempts: list[dict[str, Any]] = []
+        try:
+            intent, code = self._run(text, classification, previous, start + self.settings.deadline, attempts)
+        except _Failure as f:
+            self._record(f.endpoint_failed, was_probe)
+            raise VerifierError(
+                str(f), status=f.status, attempts=attempts, breaker=self.breaker.state
+            ) from None
+        except BaseException:  # a bug or an interrupt: count it, release a trial call, re-raise
+            self._record(True, was_probe)
+            raise
+        self._record(False, was_probe)
+        return VerifierResult(intent=intent, reason_code=code, attempts=attempts, breaker=self.breaker.state)
+
+    # ------------------------------------------------------------------------------- internals
+    def _record(self, failed: bool, was_probe: bool) -> None:
+        if failed:
+            self.breaker.record_failure(was_probe)
+        else:
+            self.breaker.record_success()
+
+    def _run(self, text, classification, previous, deadline_at, attempts) -> tuple[str, str]:
+        s = self.settings
+        user = build_user_prompt(text, classification, previous, s.max_message_chars)
+        strict_error: str | None = None
+        max_tokens = s.max_tokens
+        dialect_switches = 0
+        while True:
+            remaining = deadline_at - self._clock()
+            if remaining < MIN_ATTEMPT_SECONDS:
+                raise _Failure(
+                    TIMEOUT,
+                    f"verifier deadline of {s.deadline:g} s reached after {len(attempts)} attempt(s)",
+                    endpoint_failed=True,
+                )
+            dialect = self.dialect
+            content = user + (strict_retry_suffix(strict_error) if strict_error else "")
+            body: dict[str, Any] = {
+                "messages": [
+                    {"role": "system", "content": self.system_prompt},
+                    {"role": "user", "content": content},
+                ],
+                "temperature": 0,
+                "max_tokens": max_tokens,
+                "stream": False,
+            }
+            if s.model:
+                body["model"] = s.model
+            if dialect == "json_schema":
+                body["response_format"] = {
+                    "type": "json_schema",
+                    "json_schema": {"name": "intent_verdict", "strict": True, "schema": OUTPUT_SCHEMA},
+                }
+            elif dialect == "json_object":
+                body["response_format"] = {"type": "json_object", "schema": OUTPUT_SCHEMA}
+            request_timeout = min(s.timeout, remaining)
+            att: dict[str, Any] = {
+                "attempt": len(attempts) + 1,
+                "status": None,
+                "dialect": dialect,
+                "strict": strict_error is not None,
+                "max_tokens": max_tokens,
+                "http_status": None,
+                "finish_reason": None,
+                "ms": 0.0,
+                "raw": "",
+            }
+            attempts.append(att)
+            t0 = self._clock()
+            # the wall-clock bound of this exchange: the deadline, in time.monotonic() terms
+            ex_deadline = time.monotonic() + (deadline_at - self._clock())
+            with transport.exchange(ex_deadline) as ex:
+                try:
+                    status, raw_body = self._post(body, request_timeout, deadline_at, ex)
+                except (httpx.TimeoutException, _DeadlineReached) as e:
+                    elapsed = self._clock() - t0
+                    phase = PHASES.get(ex.phase, ex.phase)
+                    att["phase"] = ex.phase
+                    if ex.deadline_hit or isinstance(e, _DeadlineReached):
+                        why = f"the verifier deadline of {s.deadline:g} s ran out during {phase}"
+                    else:
+                        why = f"the request timeout of {request_timeout:.2f} s ran out during {phase}"
+                    self._finish(att, t0, TIMEOUT, error=f"{why} ({type(e).__name__})")
+                    raise _Failure(
+                        TIMEOUT, f"verifier timed out after {elapsed:.2f} s: {why}", endpoint_failed=True
+                    ) from None
+                except httpx.HTTPError as e:
+                    att["phase"] = ex.phase
+                    self._finish(att, t0, HTTP_ERROR, error=f"{type(e).__name__}: {e}")
+                    raise _Failure(
+                        HTTP_ERROR,
+                        f"verifier request failed: {type(e).__name__}: {self._safe(e)}",
+                        endpoint_failed=True,
+                    ) from None
+            att["http_status"] = status
+            if status >= 400:
+                if (
+                    dialect != "plain"
+                    and rejects_response_format(status, raw_body)
+                    and dialect_switches < len(DIALECTS) - 1
+                ):
+                    nxt = self._reject_dialect(dialect)
+                    self._finish(
+                        att,
+                        t0,
+                        HTTP_ERROR,
+                        raw=raw_body,
+                        error=f"endpoint rejected response_format {dialect}; retrying as {nxt}",
+                    )
+                    att["dialect_rejected"] = True
+                    dialect_switches += 1
+                    continue
+                self._finish(att, t0, HTTP_ERROR, raw=raw_body, error=f"HTTP {status}")
+                raise _Failure(HTTP_ERROR, f"verifier endpoint answered HTTP {status}", endpoint_failed=True)
+            try:
+                data = json.loads(raw_body)
+                choice = data["choices"][0]
+                message = choice.get("message") or {}
+                out = message.get("content")
+                finish = choice.get("finish_reason")
+            except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+                self._finish(att, t0, HTTP_ERROR, raw=raw_body, error="the response is not a chat completion")
+                raise _Failure(
+                    HTTP_ERROR,
+                    "verifier endpoint answered something other than a chat completion",
+                    endpoint_failed=True,
+                )
+            if isinstance(out, list):  # content parts
+                out = "".join(p.get("text", "") for p in out if isinstance(p, dict))
+            out = out if isinstance(out, str) else ("" if out is None else json.dumps(out))
+            att["finish_reason"] = finish
+            if not out.strip():
+                st, intent, code, err = EMPTY_RESPONSE, None, None, "empty output"
+            elif finish == "length":
+                st, intent, code, err = (
+                    INVALID_JSON,
+                    None,
+                    None,
+                    "output cut off at max_tokens (finish_reason length)",
+                )
+            else:
+                st, intent, code, err = validate_output(out)
+            self._finish(att, t0, st, raw=out, error=err)
+            if st == ACCEPTED:
+                return intent, code
+            if strict_error is not None:
+                raise _Failure(st, f"verifier output invalid twice ({err})", endpoint_failed=False)
+            strict_error = err
+            if finish == "length":
+                max_tokens = min(max(max_tokens * 2, max_tokens + 32), MAX_RETRY_TOKENS)
+
+    def _post(
+        self, body: dict, timeout: float, deadline_at: float, ex: transport.Exchange
+    ) -> tuple[int, str]:
+        chunks, size = [], 0
+        with self._client.stream("POST", self._url, json=body, timeout=httpx.Timeout(timeout)) as r:
+            ex.got_headers()
+            for chunk in r.iter_bytes():
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > MAX_BODY_BYTES:
+                    break
+                if self._clock() > deadline_at:
+                    raise _DeadlineReached("deadline reached while reading the response")
+            return r.status_code, b"".join(chunks)[:MAX_BODY_BYTES].decode("utf-8", errors="replace")
+
+    def _finish(self, att: dict, t0: float, status: str, raw: str = "", error: str | None = None) -> None:
+        att["status"] = status
+        att["ms"] = round((self._clock() - t0) * 1000, 3)
+        att["raw"] = self._safe(raw)
+        if error:
+            att["error"] = self._safe(error, 300)
+
+    def _safe(self, text: Any, limit: int = RAW_LIMIT) -> str:
+        if text is not None and not isinstance(text, str):
+            text = str(text)
+        if text:
+            text = _URL.sub(lambda m: redact_url(m.group(0)), text)
+        return sanitize(text, self._secrets, limit)
+
+    def _reject_dialect(self, dialect: str) -> str:
+        with self._dialect_lock:
+            i = DIALECTS.index(dialect)
+            if self._dialect_index == i and i < len(DIALECTS) - 1:
+                self._dialect_index = i + 1
+                log.info(
+                    "verifier endpoint %s rejected response_format %s; using %s from now on",
+                    self.endpoint,
+                    dialect,
+                    DIALECTS[i + 1],
+                )
+            return DIALECTS[self._dialect_index]

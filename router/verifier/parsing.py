@@ -1,0 +1,87 @@
+"""Defensive parsing of the model output, and trace-safe text."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from router.intents import INTENTS
+from router.verifier.base import (
+    ACCEPTED,
+    INVALID_INTENT,
+    INVALID_JSON,
+    VERIFIER_REASON_CODES,
+)
+
+RAW_LIMIT = 500  # characters of raw output kept per attempt in the trace
+_THINK = re.compile(r"<think>.*?(</think>|$)", re.S | re.I)
+_FENCE = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\n?(.*?)```", re.S)
+_PARSE_LIMIT = 8_000
+
+
+def extract_json_object(text: str) -> dict | None:
+    """The first JSON object in ``text`` (prefers one with an "intent" key), tolerating code fences,
+    <think> blocks and prose around it."""
+    text = _THINK.sub("", text or "")[:_PARSE_LIMIT]
+    decoder = json.JSONDecoder()
+    first: dict | None = None
+    for candidate in [m.group(1) for m in _FENCE.finditer(text)] + [text]:
+        for m in re.finditer(r"\{", candidate):
+            try:
+                obj, _ = decoder.raw_decode(candidate, m.start())
+            except (ValueError, RecursionError):
+                continue
+            if isinstance(obj, dict):
+                if "intent" in obj:
+                    return obj
+                if first is None:
+                    first = obj
+    return first
+
+
+def validate_output(content: str) -> tuple[str, str | None, str | None, str | None]:
+    """(status, intent, reason_code, error) for one model output."""
+    obj = extract_json_object(content)
+    if obj is None:
+        return INVALID_JSON, None, None, "no JSON object in the output"
+    if "intent" not in obj:
+        return INVALID_JSON, None, None, "the JSON object has no 'intent'"
+    intent = obj["intent"]
+    norm = intent.strip().upper() if isinstance(intent, str) else None
+    if norm not in INTENTS:
+        return INVALID_INTENT, None, None, f"intent {str(intent)[:40]!r} is not one of {', '.join(INTENTS)}"
+    code = obj.get("reason_code")
+    code_norm = code.strip().lower().replace("-", "_").replace(" ", "_") if isinstance(code, str) else None
+    if code_norm not in VERIFIER_REASON_CODES:
+        return (
+            INVALID_JSON,
+            norm,
+            None,
+            (f"reason_code {str(code)[:40]!r} is not one of {', '.join(VERIFIER_REASON_CODES)}"),
+        )
+    return ACCEPTED, norm, code_norm, None
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def sanitize(text: Any, secrets: tuple[str | None, ...] = (), limit: int = RAW_LIMIT) -> str:
+    """Trace-safe text: secrets redacted, control and bidi characters removed, cut to ``limit`` chars."""
+    if text is None:
+        return ""
+    s = text if isinstance(text, str) else str(text)
+    for secret in secrets:
+        if secret:
+            s = s.replace(secret, "[redacted]")
+    s = _CONTROL.sub("", s)
+    if len(s) > limit:
+        s = s[:limit] + f"...[{len(s) - limit} more chars]"
+    return s
+
+
+def rejects_response_format(status: int, body: str) -> bool:
+    if status not in (400, 422, 500):
+        return False
+    low = body.lower()
+    return any(k in low for k in ("response_format", "json_schema", "json_object"))
