@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import os
+import logging
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +13,16 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
+from router import env as envvars
 from router.manifest import Manifest, ModelError, load_manifest, verify_file
+from router.model_card import check_graph_metadata, read_graph_metadata
+
+log = logging.getLogger(__name__)
+
+
+class UnstampedGraphWarning(UserWarning):
+    """The graph carries no intent_router metadata (exported before it existed): the manifest's labels,
+    max_seq_length and temperature cannot be checked against it."""
 
 
 @dataclass(frozen=True)
@@ -73,15 +83,25 @@ class Classifier:
         opts = ort.SessionOptions()
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         threads = (
-            intra_op_threads
-            if intra_op_threads is not None
-            else int(os.environ.get("INTENT_ROUTER_THREADS", "0"))
+            envvars.check_threads(intra_op_threads) if intra_op_threads is not None else envvars.threads()
         )
         if threads:
             opts.intra_op_num_threads = threads
         self.session = ort.InferenceSession(
             str(graph_path), sess_options=opts, providers=["CPUExecutionProvider"]
         )
+        meta = read_graph_metadata(self.session.get_modelmeta().custom_metadata_map)
+        if meta is None:
+            msg = (
+                f"{graph_path}: the graph carries no intent_router metadata (an export from before it "
+                "existed), so the manifest's labels, max_seq_length and temperature cannot be checked; "
+                "re-export, or stamp it with router.model_card.stamp_model_dir"
+            )
+            warnings.warn(msg, UnstampedGraphWarning, stacklevel=2)
+            log.warning(msg)
+        else:
+            check_graph_metadata(meta, self.manifest, str(graph_path))
+        self.graph_metadata = meta
         outputs = self.session.get_outputs()
         if outputs[0].shape[-1] not in (len(self.labels), None) and isinstance(outputs[0].shape[-1], int):
             raise ModelError(

@@ -22,6 +22,7 @@ class ReasonCode(str, Enum):
     VERIFIER_FAILED = "verifier_failed"  # verifier timed out, errored or answered invalid output
     VERIFIER_UNAVAILABLE = "verifier_circuit_open"  # verifier skipped: circuit breaker open
     LOW_SIGNAL = "low_signal"  # guardrail: empty, punctuation/emoji-only or random characters
+    INVALID_INPUT = "invalid_input"  # guardrail: not a str, or text the tokenizer could not take
 
 
 class RankedIntent(BaseModel):

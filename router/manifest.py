@@ -6,27 +6,134 @@ listed file carries its sha256, so a runtime can refuse a directory whose files 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import json
+import math
 import platform
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
+
+from router.strict import StrictLoadError, load_json
 
 MANIFEST_NAME = "manifest.json"
 SCHEMA_VERSION = 1
+MIN_SEQ_LENGTH = 16  # a shorter token window cuts ordinary messages to nothing
+MAX_SEQ_LENGTH = 8192
 
 
 class ModelError(Exception):
     """A model directory is missing, incomplete, altered or inconsistent."""
 
 
+def _confined(path: str) -> str:
+    """A path inside the model directory: relative, forward slashes, no '..'."""
+    p = PurePosixPath(path)
+    if (
+        not path
+        or "\\" in path
+        or ":" in path
+        or p.is_absolute()
+        or any(part in ("..", "") for part in path.split("/"))
+    ):
+        raise ValueError(f"file path {path!r} must be relative and stay inside the model directory")
+    return path
+
+
 class FileEntry(BaseModel):
     path: str
     sha256: str
     bytes: int
+
+    _check_path = field_validator("path")(classmethod(lambda cls, v: _confined(v)))
+
+
+class _Section(BaseModel):
+    """A typed manifest section that keeps unknown keys (older and newer manifests load) and serialises
+    only what was set, so a manifest round-trips unchanged. Read fields as attributes; the mapping
+    methods (``section["key"]``, ``.get``) remain for code written against the untyped dicts."""
+
+    model_config = ConfigDict(extra="allow")
+
+    @model_serializer(mode="wrap")
+    def _only_set(self, handler):
+        data = handler(self)
+        keep = set(self.model_fields_set) | set(self.model_extra or {})
+        return {k: v for k, v in data.items() if k in keep}
+
+    def __getitem__(self, key: str) -> Any:
+        if key in type(self).model_fields or key in (self.model_extra or {}):
+            return getattr(self, key)
+        raise KeyError(key)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        setattr(self, key, value)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.model_fields_set or key in (self.model_extra or {})
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self else default
+
+    def keys(self):
+        return [k for k in self.model_dump()]
+
+    def items(self):
+        return list(self.model_dump().items())
+
+
+class Hyperparameters(_Section):
+    base_model: str | None = None
+    seed: int | None = None
+    batch_size: int | None = None
+    num_epochs: int | None = None
+    max_steps: int | None = None
+    num_iterations: int | None = None
+    sampling_strategy: str | None = None
+    body_learning_rate: float | None = None
+    warmup_proportion: float | None = None
+    max_seq_length: int | None = None
+    head_c: float | None = None
+    head_max_iter: int | None = None
+
+
+class TrainingData(_Section):
+    files: dict[str, str] = Field(default_factory=dict)  # path -> sha256
+    rows: dict[str, int] = Field(default_factory=dict)  # split -> rows
+
+
+class TrainingInfo(_Section):
+    """What ``intent-router train`` records: how, on what and where the model was trained."""
+
+    hyperparameters: Hyperparameters | None = None
+    data: TrainingData | None = None
+    versions: dict[str, str] = Field(default_factory=dict)
+    machine: dict[str, Any] = Field(default_factory=dict)
+    seconds: dict[str, float] = Field(default_factory=dict)
+    checkpoint: str | None = None
+    parity_file: str | None = None
+
+
+class ClassMetrics(_Section):
+    precision: float | None = None
+    recall: float | None = None
+    f1: float | None = None
+    support: int | None = None
+
+
+class SplitMetrics(_Section):
+    """Metrics of the calibrated model on one split (dev, test)."""
+
+    n: int | float | None = None
+    accuracy: float | None = None
+    ece: float | None = None
+    nll: float | None = None
+    brier: float | None = None
+    macro_f1: float | None = None
+    per_class: dict[str, ClassMetrics] | None = None
 
 
 class Parity(BaseModel):
@@ -48,6 +155,13 @@ class Variant(BaseModel):
 class Calibration(BaseModel):
     method: str = "temperature"
     temperature: float = 1.0
+
+    @field_validator("temperature")
+    @classmethod
+    def _positive(cls, v: float) -> float:
+        if not math.isfinite(v) or v <= 0:
+            raise ValueError(f"temperature must be finite and > 0, got {v}")
+        return v
     fitted_on: str = "dev"
     before: dict[str, dict[str, float]] = Field(default_factory=dict)
     after: dict[str, dict[str, float]] = Field(default_factory=dict)
@@ -70,13 +184,24 @@ class Manifest(BaseModel):
         description="Labels in the output order of the graph and of the calibrated head."
     )
     base_model: str
-    max_seq_length: int
+    max_seq_length: int = Field(ge=MIN_SEQ_LENGTH, le=MAX_SEQ_LENGTH)
     pooling: str = "mean"
     normalize: bool = True
-    training: dict[str, Any] = Field(default_factory=dict)
+    training: TrainingInfo = Field(default_factory=TrainingInfo)
     calibration: Calibration | None = None
-    metrics: dict[str, Any] = Field(default_factory=dict)
+    metrics: dict[str, SplitMetrics] = Field(default_factory=dict)
     export: Export | None = None
+
+    @field_validator("labels")
+    @classmethod
+    def _distinct(cls, v: list[str]) -> list[str]:
+        if len(v) < 2 or len(set(v)) != len(v):
+            raise ValueError(f"labels must be at least two distinct names, got {v}")
+        return v
+
+    @property
+    def temperature(self) -> float:
+        return self.calibration.temperature if self.calibration is not None else 1.0
 
     @property
     def model_id(self) -> str:
@@ -125,9 +250,11 @@ def load_manifest(directory: str | Path) -> Manifest:
             f"{directory} has no {MANIFEST_NAME}: not a model directory written by intent-router"
         )
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ModelError(f"{path} is not valid JSON: {e}") from e
+        data = load_json(path.read_text(encoding="utf-8"), str(path))
+    except (StrictLoadError, UnicodeDecodeError) as e:
+        raise ModelError(f"{path} is not a valid manifest: {e}") from None
+    if not isinstance(data, dict):
+        raise ModelError(f"{path} is not a valid manifest: not a JSON object")
     if data.get("schema_version") != SCHEMA_VERSION:
         raise ModelError(
             f"{path}: schema_version {data.get('schema_version')!r} is not supported (expected {SCHEMA_VERSION})"
@@ -139,8 +266,13 @@ def load_manifest(directory: str | Path) -> Manifest:
 
 
 def verify_file(directory: Path, entry: FileEntry) -> Path:
-    """Return the file's path after checking it exists and matches its recorded sha256."""
-    p = Path(directory) / entry.path
+    """Return the file's path after checking it stays inside ``directory`` (symlinks resolved), exists and
+    matches its recorded sha256."""
+    p = Path(directory) / _confined(entry.path)
+    root = Path(directory).resolve()
+    with contextlib.suppress(OSError):
+        if not p.resolve().is_relative_to(root):
+            raise ModelError(f"{p} resolves outside the model directory {root}: refused")
     if not p.is_file():
         raise ModelError(f"{p} is listed in the manifest but missing")
     digest = sha256_file(p)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import os
+import re
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from router.classifier import Classification, Classifier
+from router import env as envvars
 from router.config import RouterConfig, validate_threshold
 from router.decision import (
     Decision,
@@ -31,7 +32,7 @@ INSTALLED_MODEL = Path(sys.prefix) / "share" / "intent-router" / "models" / "int
 def default_model_dir() -> Path:
     """$INTENT_ROUTER_MODEL, else the shipped model: this checkout's models/ folder, or the copy that a
     regular (non-editable) install puts under <prefix>/share/intent-router/."""
-    env = os.environ.get(MODEL_ENV)
+    env = envvars.get_str(MODEL_ENV)
     if env:
         return Path(env)
     if (SHIPPED_MODEL / "manifest.json").is_file() or not (INSTALLED_MODEL / "manifest.json").is_file():
@@ -84,35 +85,81 @@ class Router:
         if not isinstance(role, str):
             raise TypeError(f"role must be a str, got {type(role).__name__}")
         t0 = time.perf_counter()
-        prepared: list[tuple[str, InputInfo, str | None]] = []
-        for i, text in enumerate(texts):
-            if not isinstance(text, str):
-                raise TypeError(f"message {i} is {type(text).__name__}, expected str")
+        prepared: list[tuple[str, InputInfo, str | None, int]] = []
+        for text in texts:
+            if not isinstance(text, str):  # e.g. null or a number from a JSON client
+                prepared.append(("", InputInfo(chars=0), f"not a string ({type(text).__name__})", 0))
+                continue
+            text, repaired = repair_text(text)
             info = InputInfo(chars=len(text))
             if len(text) > self.config.max_chars:
                 text = text[: self.config.max_chars]
                 info.truncated_chars = True
-            prepared.append((text, info, low_signal_reason(text)))
-        to_classify = [i for i, (_, _, low) in enumerate(prepared) if low is None]
+            prepared.append((text, info, None, repaired))
         results: dict[int, Classification] = {}
+        invalid: dict[int, str] = {i: why for i, (_, _, why, _) in enumerate(prepared) if why}
+        low: dict[int, str] = {}
+        for i, (text, _, why, _) in enumerate(prepared):
+            if why is None:
+                reason = low_signal_reason(text)
+                if reason is not None:
+                    low[i] = reason
+        to_classify = [i for i in range(len(prepared)) if i not in invalid and i not in low]
         if to_classify:
-            for i, c in zip(
-                to_classify, self.classifier.classify_batch([prepared[i][0] for i in to_classify])
-            ):
-                results[i] = c
+            results, failed = self._classify(to_classify, [prepared[i][0] for i in to_classify])
+            invalid.update(failed)
         shared_ms = (time.perf_counter() - t0) * 1000 / max(1, len(texts))
         out = []
-        for i, (text, info, low) in enumerate(prepared):
+        for i, (text, info, _, repaired) in enumerate(prepared):
             t_msg = time.perf_counter()
-            if low is not None:
-                d = self._guardrail(role, info, low)
+            if i in invalid:
+                d = self._invalid(role, info, invalid[i])
+            elif i in low:
+                d = self._guardrail(role, info, low[i])
             else:
                 d = self._decide(text, role, info, results[i], previous)
+            if repaired:
+                d.trace[0].detail["repaired_surrogates"] = repaired
             d.latency.total_ms = round(shared_ms + (time.perf_counter() - t_msg) * 1000, 4)
             out.append(d)
         return out
 
+    def _classify(
+        self, indices: list[int], texts: list[str]
+    ) -> tuple[dict[int, Classification], dict[int, str]]:
+        """Classify in one batch; if the batch fails, message by message, so one message the tokenizer or
+        the graph cannot take costs only its own decision (reason ``invalid_input``)."""
+        try:
+            return dict(zip(indices, self.classifier.classify_batch(texts), strict=True)), {}
+        except Exception:
+            if len(texts) == 1:
+                return {}, {indices[0]: "the classifier could not take this text"}
+        results: dict[int, Classification] = {}
+        failed: dict[int, str] = {}
+        for i, text in zip(indices, texts, strict=True):
+            try:
+                results[i] = self.classifier.classify_batch([text])[0]
+            except Exception as e:
+                failed[i] = f"the classifier could not take this text ({type(e).__name__})"
+        return results, failed
+
     # ---------------------------------------------------------------------------------- stages
+    def _invalid(self, role: str, info: InputInfo, why: str) -> Decision:
+        return Decision(
+            intent=None,
+            confidence=None,
+            source="guardrail",
+            reason_code=ReasonCode.INVALID_INPUT,
+            role=role,
+            skills={"required": [], "optional": []},
+            servable=False,
+            message=f"invalid input ({why}): nothing was routed",
+            threshold=self.threshold,
+            model_id=self.classifier.model_id,
+            input=info,
+            trace=[TraceStep(stage="guardrail", status="invalid_input", detail={"why": why})],
+        )
+
     def _guardrail(self, role: str, info: InputInfo, why: str) -> Decision:
         return Decision(
             intent=None,
@@ -252,6 +299,19 @@ class Router:
             return previous.intent.value, "verifier", ReasonCode.FOLLOW_UP
         trace.append(TraceStep(stage="verifier", status="accepted", ms=round(ms, 4), detail=detail))
         return res.intent, "verifier", ReasonCode.VERIFIED
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def repair_text(text: str) -> tuple[str, int]:
+    """Lone UTF-16 surrogates (a JSON client can send "\\ud800") -> U+FFFD; a valid surrogate pair is
+    joined into its character. Returns the text and how many code points were replaced or joined."""
+    n = len(_SURROGATE.findall(text))
+    if not n:
+        return text, 0
+    fixed = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return fixed, n
 
 
 def _unique(items) -> list[str]:
