@@ -27,7 +27,10 @@ class _Loader(yaml.SafeLoader):
 def load_yaml(text: str, source: str) -> tuple[Any, Lines]:
     """Parse YAML, refusing duplicate keys and merge keys; return the data and a map from key path to
     line number (1-based) for error messages."""
-    loader = _Loader(text)
+    try:
+        loader = _Loader(text)  # the reader refuses control characters at once
+    except yaml.YAMLError as e:
+        raise StrictLoadError(f"{source}:1: not valid YAML: {e}") from None
     try:
         try:
             node = loader.get_single_node()
