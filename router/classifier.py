@@ -154,7 +154,7 @@ class Classifier:
         probs, encs, tok_s, inf_s = self._run(texts)
         tok_ms, inf_ms = tok_s * 1000 / len(texts), inf_s * 1000 / len(texts)
         out = []
-        for row, enc in zip(probs, encs):
+        for row, enc in zip(probs, encs, strict=True):
             order = np.argsort(-row)
             ranking = [(self.labels[j], float(row[j])) for j in order]
             out.append(

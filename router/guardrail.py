@@ -36,9 +36,7 @@ def _gibberish_word(word: str) -> bool:
     vowels = sum(c in _VOWELS for c in letters)
     if len(letters) >= 5 and vowels == 0:
         return True
-    if len(letters) >= 8 and vowels / len(letters) < 0.1:
-        return True
-    return False
+    return len(letters) >= 8 and vowels / len(letters) < 0.1
 
 
 def low_signal_reason(text: str) -> str | None:

@@ -76,7 +76,9 @@ class _Section(BaseModel):
         return key in self.model_fields_set or key in (self.model_extra or {})
 
     def get(self, key: str, default: Any = None) -> Any:
-        return self[key] if key in self else default
+        if key in self:
+            return self[key]
+        return default
 
     def keys(self):
         return [k for k in self.model_dump()]
@@ -162,6 +164,7 @@ class Calibration(BaseModel):
         if not math.isfinite(v) or v <= 0:
             raise ValueError(f"temperature must be finite and > 0, got {v}")
         return v
+
     fitted_on: str = "dev"
     before: dict[str, dict[str, float]] = Field(default_factory=dict)
     after: dict[str, dict[str, float]] = Field(default_factory=dict)
@@ -219,10 +222,8 @@ def package_versions(packages: tuple[str, ...] | list[str]) -> dict[str, str]:
     """Installed versions of ``packages`` (missing ones left out) plus the Python version."""
     out = {}
     for p in packages:
-        try:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             out[p] = importlib.metadata.version(p)
-        except importlib.metadata.PackageNotFoundError:
-            pass
     out["python"] = platform.python_version()
     return out
 

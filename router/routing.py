@@ -8,8 +8,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from router.classifier import Classification, Classifier
 from router import env as envvars
+from router.classifier import Classification, Classifier
 from router.config import RouterConfig, validate_threshold
 from router.decision import (
     Decision,
@@ -226,7 +226,7 @@ class Router:
         return Decision(
             intent=intent,
             confidence=c.confidence,
-            ranking=[RankedIntent(intent=l, probability=p) for l, p in c.ranking],
+            ranking=[RankedIntent(intent=label, probability=p) for label, p in c.ranking],
             source=source,
             reason_code=reason,
             role=role,

@@ -109,7 +109,13 @@ def format_validation_error(error: Exception, source: str, lines: Lines, what: s
         elif e.get("type") == "bool_type":
             msg = f"must be true or false (a YAML boolean), got {e.get('input')!r}"
         out.append(f"{where}: {dotted}: {msg}")
-    return f"invalid {what}:\n" + "\n".join(out) if len(out) > 1 else out[0] if out else f"{source}: invalid {what}"
+    return (
+        f"invalid {what}:\n" + "\n".join(out)
+        if len(out) > 1
+        else out[0]
+        if out
+        else f"{source}: invalid {what}"
+    )
 
 
 def _no_duplicates(source: str):

@@ -91,7 +91,9 @@ SKILL = st.fixed_dictionaries(
     {"permissions": st.lists(PERM, max_size=3)},
     optional={"requires_confirmation": st.one_of(st.booleans(), st.sampled_from(["no", "yes", 0, 1]))},
 )
-ROLE = st.fixed_dictionaries({"skills": st.lists(NAME, max_size=4), "permissions": st.lists(PERM, max_size=3)})
+ROLE = st.fixed_dictionaries(
+    {"skills": st.lists(NAME, max_size=4), "permissions": st.lists(PERM, max_size=3)}
+)
 CONFIG = st.fixed_dictionaries(
     {
         "threshold": st.one_of(st.floats(0.01, 1.0), st.sampled_from([0, 2, "0.5"])),
@@ -131,8 +133,12 @@ def test_any_accepted_config_fails_closed(data, unknown):
         for role, role_cfg in config.roles.items():
             g = grant_skills(config, role, spec.required, spec.optional)
             for s in g.skills.all:
-                assert role_cfg.allows_skill(s) and not role_cfg.missing_permissions(config.skills[s].permissions)
-            assert g.requires_confirmation == any(config.skills[s].requires_confirmation for s in g.skills.all)
+                assert role_cfg.allows_skill(s) and not role_cfg.missing_permissions(
+                    config.skills[s].permissions
+                )
+            assert g.requires_confirmation == any(
+                config.skills[s].requires_confirmation for s in g.skills.all
+            )
 
 
 @FAST

@@ -95,16 +95,23 @@ TAMPER = {
     "max_seq_length_4": lambda m: m.update(max_seq_length=4),
     "max_seq_length_64": lambda m: m.update(max_seq_length=64),
     "temperature_changed": lambda m: m["calibration"].update(temperature=0.5),
-    "path_parent": lambda m: m["export"]["variants"]["int8"]["file"].update(path="../model.int8.onnx"),
-    "path_absolute": lambda m: m["export"]["tokenizer"].update(path="/etc/passwd"),
-    "path_nested_escape": lambda m: m["export"]["tokenizer"].update(path="a/../../tokenizer.json"),
+    # the escaping paths point at real copies (right sha256) outside the model directory
+    "path_parent": lambda m: m["export"]["variants"]["int8"]["file"].update(path="../outside.onnx"),
+    "path_absolute": lambda m: m["export"]["tokenizer"].update(path=str(OUTSIDE_TOKENIZER[0])),
+    "path_nested_escape": lambda m: m["export"]["tokenizer"].update(path="./../outside.json"),
     "labels_duplicated": lambda m: m.update(labels=["ACTION"] * 5),
 }
+
+
+OUTSIDE_TOKENIZER: list[Path] = []
 
 
 @pytest.mark.parametrize("case", sorted(TAMPER))
 def test_tampered_manifest_is_refused(tmp_path, case):
     model = _copy(tmp_path)
+    shutil.copy(model / "model.int8.onnx", tmp_path / "outside.onnx")
+    shutil.copy(model / "tokenizer.json", tmp_path / "outside.json")
+    OUTSIDE_TOKENIZER[:] = [tmp_path / "outside.json"]
     _edit(model, TAMPER[case])
     with pytest.raises(ModelError):
         Router.load(model)
@@ -164,7 +171,9 @@ def test_duplicate_skill_key_is_an_error_with_file_and_line(tmp_path):
 
 
 def test_duplicate_role_key_is_an_error(tmp_path):
-    text = DEFAULT_YAML.replace("roles:\n", "roles:\n  viewer:\n    skills: ['*']\n    permissions: ['*']\n", 1)
+    text = DEFAULT_YAML.replace(
+        "roles:\n", "roles:\n  viewer:\n    skills: ['*']\n    permissions: ['*']\n", 1
+    )
     p = tmp_path / "dup-role.yaml"
     p.write_text(text)
     with pytest.raises(ValueError, match=r"dup-role\.yaml:\d+: duplicate key 'viewer'"):
@@ -243,7 +252,11 @@ class TrickleServer:
 
 
 BODY = json.dumps(
-    {"choices": [{"finish_reason": "stop", "message": {"content": '{"intent": "SEARCH", "reason_code": "other"}'}}]}
+    {
+        "choices": [
+            {"finish_reason": "stop", "message": {"content": '{"intent": "SEARCH", "reason_code": "other"}'}}
+        ]
+    }
 ).encode()
 HEADERS = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Pad: " + b"a" * 200 + b"\r\n"
 TRICKLE_TIMES: dict[str, float] = {}

@@ -196,11 +196,10 @@ def test_real_short_messages_pass_the_guardrail(tiny_router, text):
     assert tiny_router.route(text, role="admin").source != "guardrail"
 
 
-def test_non_string_input_is_a_clear_error(tiny_router):
-    with pytest.raises(TypeError, match="expected str"):
-        tiny_router.route_batch(["fine", 42], role="admin")
-    with pytest.raises(TypeError, match="expected str"):
-        tiny_router.route(None, role="admin")
+def test_non_string_input_gets_an_invalid_input_decision(tiny_router):
+    ds = tiny_router.route_batch(["fine", 42], role="admin")
+    assert len(ds) == 2 and ds[1].reason_code.value == "invalid_input" and ds[1].skills.all == []
+    assert tiny_router.route(None, role="admin").reason_code.value == "invalid_input"
     with pytest.raises(TypeError, match="role"):
         tiny_router.route("hello there", role=None)
 
@@ -223,7 +222,7 @@ def test_batch_matches_single_messages(tiny_router):
         "compare the two vendor proposals for the new crm system in detail please",
     ]
     batch = tiny_router.route_batch(texts, role="admin")
-    for text, b in zip(texts, batch):
+    for text, b in zip(texts, batch, strict=True):
         s = tiny_router.route(text, role="admin")
         assert (b.intent, b.source, b.skills) == (s.intent, s.source, s.skills)
         if s.confidence is not None:
@@ -231,10 +230,8 @@ def test_batch_matches_single_messages(tiny_router):
 
 
 def test_many_threads_give_the_same_answers_as_one(tiny_router):
-    texts = [
-        l for l in (Path(__file__).parent / "fixtures" / "tiny" / "train.jsonl").read_text().splitlines()
-    ]
-    texts = [json.loads(l)["text"] for l in texts] * 5
+    lines = (Path(__file__).parent / "fixtures" / "tiny" / "train.jsonl").read_text().splitlines()
+    texts = [json.loads(line)["text"] for line in lines] * 5
     expected = [(d.intent, round(d.confidence, 4)) for d in (tiny_router.route(t, "admin") for t in texts)]
     with ThreadPoolExecutor(max_workers=8) as pool:
         got = list(pool.map(lambda t: tiny_router.route(t, "admin"), texts))

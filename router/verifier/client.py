@@ -308,7 +308,7 @@ class LLMVerifier:
                     HTTP_ERROR,
                     "verifier endpoint answered something other than a chat completion",
                     endpoint_failed=True,
-                )
+                ) from None
             if isinstance(out, list):  # content parts
                 out = "".join(p.get("text", "") for p in out if isinstance(p, dict))
             out = out if isinstance(out, str) else ("" if out is None else json.dumps(out))

@@ -124,7 +124,9 @@ class VerifierSettings:
         if self.api_key is not None and not str(self.api_key).strip():
             object.__setattr__(self, "api_key", None)
         object.__setattr__(self, "timeout", _seconds("timeout", self.timeout))
-        object.__setattr__(self, "breaker_cooldown", _seconds("breaker_cooldown", self.breaker_cooldown, True))
+        object.__setattr__(
+            self, "breaker_cooldown", _seconds("breaker_cooldown", self.breaker_cooldown, True)
+        )
         deadline = 2 * self.timeout if self.deadline is None else _seconds("deadline", self.deadline)
         object.__setattr__(self, "deadline", deadline)
         for name in ("max_tokens", "breaker_failures", "max_message_chars"):
@@ -142,13 +144,13 @@ class VerifierSettings:
         if not isinstance(self.allow_insecure_key, bool):
             raise ValueError(f"allow_insecure_key must be a bool, got {self.allow_insecure_key!r}")
         has_credentials = self.api_key is not None or parts.password is not None
-        if has_credentials and parts.scheme == "http" and not is_loopback(parts.hostname):
-            if not self.allow_insecure_key:
-                raise ValueError(
-                    f"refusing to send the verifier API key in clear text to {redact_url(self.base_url)}: "
-                    f"use https or a loopback address, or opt in with allow_insecure_key=True "
-                    f"({ENV_ALLOW_INSECURE_KEY}=1)"
-                )
+        insecure = parts.scheme == "http" and not is_loopback(parts.hostname)
+        if has_credentials and insecure and not self.allow_insecure_key:
+            raise ValueError(
+                f"refusing to send the verifier API key in clear text to {redact_url(self.base_url)}: "
+                f"use https or a loopback address, or opt in with allow_insecure_key=True "
+                f"({ENV_ALLOW_INSECURE_KEY}=1)"
+            )
 
     def __repr__(self) -> str:
         shown = []
