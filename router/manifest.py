@@ -21,7 +21,7 @@ from router.strict import StrictLoadError, load_json
 
 MANIFEST_NAME = "manifest.json"
 SCHEMA_VERSION = 1
-MIN_SEQ_LENGTH = 16  # a shorter token window cuts ordinary messages to nothing
+MIN_SEQ_LENGTH = 8  # as training allows; a shorter token window cuts ordinary messages to nothing
 MAX_SEQ_LENGTH = 8192
 
 

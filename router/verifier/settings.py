@@ -183,7 +183,7 @@ class VerifierSettings:
         return tuple(out) + url_secrets(self.base_url)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> VerifierSettings:
+    def from_env(cls, *, environ: Mapping[str, str] | None = None, **overrides: Any) -> VerifierSettings:
         """Settings from the environment; keyword overrides win unless they are None.
 
         The key is ``INTENT_ROUTER_VERIFIER_API_KEY``, else the variable named by
