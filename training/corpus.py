@@ -238,7 +238,7 @@ def _find_duplicates(report: CheckReport) -> None:
                 seen[key].append(ex)
             else:
                 seen["\x00" + ex.text.strip()].append(ex)
-    for key, group in seen.items():
+    for group in seen.values():
         if len(group) < 2:
             continue
         first = group[0]
