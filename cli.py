@@ -13,7 +13,6 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
 
 import click
 import typer
@@ -21,6 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+Opt = typer.Option
 app = typer.Typer(
     help="Train, export, evaluate and run the five-intent router.",
     no_args_is_help=True,
@@ -52,8 +52,8 @@ _state = {"debug": False, "verbose": False}
 
 @app.callback()
 def _options(
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show third-party INFO logs."),
-    debug: bool = typer.Option(False, "--debug", help="Show the traceback of an error."),
+    verbose: bool = Opt(False, "--verbose", "-v", help="Show third-party INFO logs."),
+    debug: bool = Opt(False, "--debug", help="Show the traceback of an error."),
 ) -> None:
     _state.update(debug=debug, verbose=verbose)
     level = logging.INFO if verbose else logging.WARNING
@@ -110,9 +110,9 @@ def _table(title: str, header: list[str], rows: list[list]) -> None:
 @_cli
 def data_check(
     paths: list[Path] = typer.Argument(None, help="JSONL files or directories (default: data/)."),
-    strict: bool = typer.Option(False, "--strict", help="Treat duplicates within a split as errors too."),
-    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
-    max_issues: int = typer.Option(50, help="How many issues to print (all go into --json)."),
+    strict: bool = Opt(False, "--strict", help="Treat duplicates within a split as errors too."),
+    as_json: bool = Opt(False, "--json", help="Print the report as JSON."),
+    max_issues: int = Opt(50, help="How many issues to print (all go into --json)."),
 ) -> None:
     """Validate corpus files: JSON, labels, empty text, duplicates and train/dev/test leakage."""
     from training.corpus import check_files
@@ -130,35 +130,8 @@ def data_check(
     if len(report.issues) > max_issues:
         console.print(f"... {len(report.issues) - max_issues} more (use --json for all)")
 
-    balance = report.class_balance()
-    labels = sorted({l for c in balance.values() for l in c})
-    t = Table(title="Class balance")
-    t.add_column("split")
-    for l in labels:
-        t.add_column(l, justify="right")
-    t.add_column("total", justify="right")
-    for split, counts in balance.items():
-        t.add_row(split, *[str(counts.get(l, 0)) for l in labels], str(sum(counts.values())))
-    console.print(t)
-
-    stats = report.length_stats()
-    t = Table(title="Length (words)")
-    cols = [
-        "rows",
-        "min_words",
-        "median_words",
-        "mean_words",
-        "p90_words",
-        "max_words",
-        "share_le_4_words",
-        "share_ge_25_words",
-    ]
-    t.add_column("split")
-    for c in cols:
-        t.add_column(c.replace("_words", "").replace("share_", ""), justify="right")
-    for split, s in stats.items():
-        t.add_row(split, *[str(s[c]) for c in cols])
-    console.print(t)
+    for title, header, rows in report.tables():
+        _table(title, header, rows)
     console.print(
         f"{len(report.files)} file(s), {len(report.errors)} error(s), {len(report.warnings)} warning(s)"
         + (" [strict: warnings count as errors]" if strict else "")
@@ -180,45 +153,32 @@ def _train_config(config: Path | None, **flags):
 @app.command()
 @_cli
 def train(
-    out: Path | None = typer.Option(
+    out: Path | None = Opt(
         None, help="Model directory to write (default: $INTENT_ROUTER_MODEL or models/intent-minilm)."
     ),
-    config: Path | None = typer.Option(None, help="YAML/JSON file of training options; flags override it."),
-    name: str | None = typer.Option(None, help="Model name recorded in the manifest."),
-    base_model: str | None = typer.Option(
+    config: Path | None = Opt(None, help="YAML/JSON file of training options; flags override it."),
+    name: str | None = Opt(None, help="Model name recorded in the manifest."),
+    base_model: str | None = Opt(
         None, help="Local sentence-transformers folder or hub name (default: the packaged all-MiniLM-L6-v2)."
     ),
-    train_file: Path | None = typer.Option(None),
-    dev_file: Path | None = typer.Option(None, help="Used to fit the temperature."),
-    test_file: Path | None = typer.Option(None),
-    seed: int | None = typer.Option(None),
-    max_steps: int | None = typer.Option(None, help="Contrastive steps (batch pairs); -1 for no cap."),
-    num_iterations: int | None = typer.Option(None),
-    batch_size: int | None = typer.Option(None),
-    epochs: int | None = typer.Option(None, "--epochs"),
-    head_c: float | None = typer.Option(None, help="Inverse L2 strength of the logistic head."),
-    max_seq_length: int | None = typer.Option(None),
+    train_file: Path | None = Opt(None),
+    dev_file: Path | None = Opt(None, help="Used to fit the temperature."),
+    test_file: Path | None = Opt(None),
+    seed: int | None = Opt(None),
+    max_steps: int | None = Opt(None, help="Contrastive steps (batch pairs); -1 for no cap."),
+    num_iterations: int | None = Opt(None),
+    batch_size: int | None = Opt(None),
+    num_epochs: int | None = Opt(None, "--epochs"),
+    head_c: float | None = Opt(None, help="Inverse L2 strength of the logistic head."),
+    max_seq_length: int | None = Opt(None),
 ) -> None:
     """Train the SetFit intent model and calibrate it on dev (temperature scaling)."""
     from router.routing import default_model_dir
     from training.train import summary_rows
     from training.train import train as train_model
 
-    cfg = _train_config(
-        config,
-        name=name,
-        base_model=base_model,
-        train_file=train_file,
-        dev_file=dev_file,
-        test_file=test_file,
-        seed=seed,
-        max_steps=max_steps,
-        num_iterations=num_iterations,
-        batch_size=batch_size,
-        num_epochs=epochs,
-        head_c=head_c,
-        max_seq_length=max_seq_length,
-    )
+    flags = {k: v for k, v in locals().items() if k not in ("out", "config")}
+    cfg = _train_config(config, **flags)
     out = out or default_model_dir()
     manifest = train_model(cfg, out, report=_say)
     title, header, rows = summary_rows(manifest)
@@ -231,12 +191,10 @@ def train(
 @app.command()
 @_cli
 def export(
-    model: Path | None = typer.Option(
-        None, help="Model directory written by 'train' (default: the default model)."
-    ),
-    parity_file: Path = typer.Option(Path("data/test.jsonl"), help="Held-out JSONL for the parity check."),
-    variants: str = typer.Option("fp32,int8", help="Comma-separated: fp32, int8."),
-    keep_fp32: bool = typer.Option(
+    model: Path | None = Opt(None, help="Model directory written by 'train' (default: the default model)."),
+    parity_file: Path = Opt(Path("data/test.jsonl"), help="Held-out JSONL for the parity check."),
+    variants: str = Opt("fp32,int8", help="Comma-separated: fp32, int8."),
+    keep_fp32: bool = Opt(
         True, "--keep-fp32/--drop-fp32", help="Keep the fp32 graph after the int8 one is made."
     ),
 ) -> None:
@@ -260,12 +218,10 @@ def export(
 @app.command()
 @_cli
 def build(
-    out: Path | None = typer.Option(None, help="Model directory to write (default: the default model)."),
-    config: Path | None = typer.Option(None, help="Training config file."),
-    report_dir: Path = typer.Option(Path("reports/build"), help="Where the evaluation report goes."),
-    oos: Path = typer.Option(
-        Path("data/oos.jsonl"), help="Out-of-scope file for the evaluation, if it exists."
-    ),
+    out: Path | None = Opt(None, help="Model directory to write (default: the default model)."),
+    config: Path | None = Opt(None, help="Training config file."),
+    report_dir: Path = Opt(Path("reports/build"), help="Where the evaluation report goes."),
+    oos: Path = Opt(Path("data/oos.jsonl"), help="Out-of-scope file for the evaluation, if it exists."),
 ) -> None:
     """The main job: train on data/, calibrate, export fp32+int8 with parity, evaluate the int8 router."""
     from training.pipeline import build as run_build
@@ -282,28 +238,28 @@ def build(
 @_cli
 def route(
     texts: list[str] = typer.Argument(None, help="Message(s) to route."),
-    role: str = typer.Option("viewer", help="Caller's role (RBAC)."),
-    file: Path | None = typer.Option(
+    role: str = Opt("viewer", help="Caller's role (RBAC)."),
+    file: Path | None = Opt(
         None, "--file", "-f", help="Route every line of a file ('-' for stdin); JSONL rows use their 'text'."
     ),
-    model: Path | None = typer.Option(
+    model: Path | None = Opt(
         None, help="Exported model directory (default: $INTENT_ROUTER_MODEL or the shipped model)."
     ),
-    config: Path | None = typer.Option(None, help="Router config YAML (skills, roles, threshold)."),
-    threshold: float | None = typer.Option(None, help="Override the confidence threshold, in (0, 1]."),
-    variant: str | None = typer.Option(None, help="Graph variant: int8 (default) or fp32."),
-    verifier_url: str | None = typer.Option(
+    config: Path | None = Opt(None, help="Router config YAML (skills, roles, threshold)."),
+    threshold: float | None = Opt(None, help="Override the confidence threshold, in (0, 1]."),
+    variant: str | None = Opt(None, help="Graph variant: int8 (default) or fp32."),
+    verifier_url: str | None = Opt(
         None,
         envvar="INTENT_ROUTER_VERIFIER_URL",
         help="OpenAI-compatible base URL, e.g. http://127.0.0.1:11434/v1",
     ),
-    verifier_model: str | None = typer.Option(
+    verifier_model: str | None = Opt(
         None, envvar="INTENT_ROUTER_VERIFIER_MODEL", help="Model name for the verifier."
     ),
-    verifier_timeout: float | None = typer.Option(
+    verifier_timeout: float | None = Opt(
         None, help="Seconds per verifier HTTP request (the total deadline defaults to twice this)."
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print full decisions as JSON (one line each)."),
+    as_json: bool = Opt(False, "--json", help="Print full decisions as JSON (one line each)."),
 ) -> None:
     """Route messages: intent, confidence, granted and denied skills."""
     from eval.data import load_messages
@@ -358,9 +314,7 @@ def _make_verifier(url: str | None, model: str | None, timeout: float | None, co
 @app.command()
 @_cli
 def schema(
-    out: Path = typer.Option(
-        Path("router/schema/decision.schema.json"), help="Where to write the JSON Schema."
-    ),
+    out: Path = Opt(Path("router/schema/decision.schema.json"), help="Where to write the JSON Schema."),
 ) -> None:
     """Write the JSON Schema of the routing Decision."""
     from router.decision import write_json_schema
@@ -373,61 +327,39 @@ def schema(
 @app.command("eval")
 @_cli
 def evaluate(
-    data: Annotated[
-        str, typer.Option(help="Labeled JSONL/CSV/TSV/Parquet file, or a Hub dataset name (online only).")
-    ],
-    model: Annotated[
-        Path | None,
-        typer.Option(
-            help="Exported model dir, training output dir or bare SetFit checkpoint (default: the shipped model)."
-        ),
-    ] = None,
-    oos: Annotated[
-        str | None, typer.Option(help="Unlabeled out-of-scope file for out-of-scope recall.")
-    ] = None,
-    out: Annotated[Path, typer.Option(help="Directory for eval.json, report.md and the PNG plots.")] = Path(
-        "reports/eval"
+    data: str = Opt(..., help="Labeled JSONL/CSV/TSV/Parquet file, or a Hub dataset name (online only)."),
+    model: Path | None = Opt(
+        None,
+        help="Exported model dir, training output dir or bare SetFit checkpoint (default: the shipped model).",
     ),
-    threshold: Annotated[float | None, typer.Option(help="tau (default: the router's, 0.75).")] = None,
-    variant: Annotated[str | None, typer.Option(help="ONNX graph: int8 (default) or fp32.")] = None,
-    text_column: Annotated[str, typer.Option(help="Column holding the message.")] = "text",
-    label_column: Annotated[str, typer.Option(help="Column holding the intent label.")] = "label",
-    backend: Annotated[str, typer.Option(help="auto (onnx when exported), onnx or torch.")] = "auto",
-    split: Annotated[str | None, typer.Option(help="Split of a Hub dataset (default: test).")] = None,
-    skip_invalid: Annotated[
-        bool, typer.Option("--skip-invalid", help="Leave out (and list) invalid rows instead of stopping.")
-    ] = False,
-    verifier_url: Annotated[
-        str | None, typer.Option(help="OpenAI-compatible base URL: report the verifier lift below tau.")
-    ] = None,
-    verifier_model: Annotated[str | None, typer.Option(help="Model name for the verifier.")] = None,
-    verifier_max: Annotated[
-        int | None, typer.Option(help="Verify at most this many below-tau messages.")
-    ] = None,
-    max_latency_samples: Annotated[
-        int, typer.Option(help="Messages timed one by one (0: skip latency).")
-    ] = 300,
+    oos: str | None = Opt(None, help="Unlabeled out-of-scope file for out-of-scope recall."),
+    out: Path = Opt(Path("reports/eval"), help="Directory for eval.json, report.md and the PNG plots."),
+    threshold: float | None = Opt(None, help="tau (default: the router's, 0.75)."),
+    variant: str | None = Opt(None, help="ONNX graph: int8 (default) or fp32."),
+    text_column: str = Opt("text", help="Column holding the message."),
+    label_column: str = Opt("label", help="Column holding the intent label."),
+    backend: str = Opt("auto", help="auto (onnx when exported), onnx or torch."),
+    split: str | None = Opt(None, help="Split of a Hub dataset (default: test)."),
+    skip_invalid: bool = Opt(
+        False, "--skip-invalid", help="Leave out (and list) invalid rows instead of stopping."
+    ),
+    verifier_url: str | None = Opt(
+        None, help="OpenAI-compatible base URL: report the verifier lift below tau."
+    ),
+    verifier_model: str | None = Opt(None, help="Model name for the verifier."),
+    verifier_max: int | None = Opt(None, help="Verify at most this many below-tau messages."),
+    max_latency_samples: int = Opt(300, help="Messages timed one by one (0: skip latency)."),
 ) -> dict:
     """Evaluate a model: metrics, calibration, threshold sweep, out-of-scope recall, latency; write the report."""
     from training.pipeline import evaluate_model
 
+    options = {
+        k: v for k, v in locals().items() if not k.startswith("verifier_") and k not in ("model", "data")
+    }
     verifier = _make_verifier(verifier_url, verifier_model, None)
+    name = f"{verifier_model or 'default'} @ {verifier_url}" if verifier else None
     report = evaluate_model(
-        model,
-        data,
-        out=out,
-        backend=backend,
-        variant=variant,
-        oos=oos,
-        threshold=threshold,
-        text_column=text_column,
-        label_column=label_column,
-        split=split,
-        skip_invalid=skip_invalid,
-        verifier=verifier,
-        verifier_max=verifier_max,
-        verifier_name=f"{verifier_model or 'default'} @ {verifier_url}" if verifier else None,
-        max_latency_samples=max_latency_samples,
+        model, data, verifier=verifier, verifier_max=verifier_max, verifier_name=name, **options
     )
     _print_eval_summary(report)
     console.print(f"report written to [bold]{out}[/] (eval.json, report.md, PNG plots)")
@@ -450,19 +382,14 @@ def _print_eval_summary(report: dict) -> None:
 @app.command()
 @_cli
 def gate(
-    report: Annotated[Path, typer.Option(help="eval.json written by 'intent-router eval'.")] = Path(
-        "reports/ci/eval.json"
+    report: Path = Opt(Path("reports/ci/eval.json"), help="eval.json written by 'intent-router eval'."),
+    baseline: Path = Opt(Path("eval/baseline.json"), help="Committed baseline to compare with."),
+    write_baseline: bool = Opt(
+        False,
+        "--write-baseline",
+        help="Write BASELINE from REPORT with the default limits instead of gating.",
     ),
-    baseline: Annotated[Path, typer.Option(help="Committed baseline to compare with.")] = Path(
-        "eval/baseline.json"
-    ),
-    write_baseline: Annotated[
-        bool,
-        typer.Option(
-            "--write-baseline", help="Write BASELINE from REPORT with the default limits instead of gating."
-        ),
-    ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the checks as JSON.")] = False,
+    as_json: bool = Opt(False, "--json", help="Print the checks as JSON."),
 ) -> None:
     """CI gate: exit 1 when accuracy, macro-F1, a class F1, ECE or accepted accuracy regress past the baseline's limits."""
     from eval.gate import GateError, gate_notes, gate_passed, load_baseline, run_gate
@@ -519,15 +446,15 @@ def gate(
 @bench_app.command("speed")
 @_cli
 def bench_speed(
-    model: Path | None = typer.Option(
+    model: Path | None = Opt(
         None, help="Model directory (default: the shipped model; its checkpoint/ enables the PyTorch row)."
     ),
-    data: Path = typer.Option(Path("data/test.jsonl"), help="JSONL messages to time."),
-    limit: int = typer.Option(500, help="How many messages."),
-    torch: bool = typer.Option(True, "--torch/--no-torch", help="Include SetFit PyTorch predict_proba."),
-    batch_size: int = typer.Option(64),
-    threads: int | None = typer.Option(None, help="onnxruntime intra-op threads (default: all cores)."),
-    out: Path | None = typer.Option(None, help="Also write the results as JSON."),
+    data: Path = Opt(Path("data/test.jsonl"), help="JSONL messages to time."),
+    limit: int = Opt(500, help="How many messages."),
+    torch: bool = Opt(True, "--torch/--no-torch", help="Include SetFit PyTorch predict_proba."),
+    batch_size: int = Opt(64),
+    threads: int | None = Opt(None, help="onnxruntime intra-op threads (default: all cores)."),
+    out: Path | None = Opt(None, help="Also write the results as JSON."),
 ) -> None:
     """Latency, throughput, load time and memory: ONNX int8 and fp32 routers beside SetFit PyTorch."""
     from eval.bench_speed import table_rows
@@ -552,32 +479,24 @@ def bench_speed(
 @bench_app.command("dataset")
 @_cli
 def bench_dataset(
-    name: Annotated[str, typer.Option(help="Benchmark: clinc150 or banking77.")],
-    path: Annotated[
-        Path,
-        typer.Option(
-            help="CLINC150: data_full.json or its folder. BANKING77: folder with train.csv and test.csv."
-        ),
-    ],
-    shots: Annotated[
-        int | None,
-        typer.Option(help="Training rows per class, sampled per seed (0 or omitted: full train split)."),
-    ] = None,
-    seeds: Annotated[
-        int,
-        typer.Option(help="Number of seeds (0..n-1); each draws its own k-shot sample and trains a model."),
-    ] = 3,
-    max_steps: Annotated[
-        int | None, typer.Option(help="Contrastive steps per seed (default: the training default, 400).")
-    ] = None,
-    batch_size: Annotated[int | None, typer.Option(help="Pairs per contrastive step (default 32).")] = None,
-    base_model: Annotated[
-        str | None,
-        typer.Option(help="Sentence-transformers folder or hub name (default: packaged all-MiniLM-L6-v2)."),
-    ] = None,
-    out: Annotated[
-        Path | None, typer.Option(help="Write the results JSON here (also after each seed).")
-    ] = None,
+    name: str = Opt(..., help="Benchmark: clinc150 or banking77."),
+    path: Path = Opt(
+        ..., help="CLINC150: data_full.json or its folder. BANKING77: folder with train.csv and test.csv."
+    ),
+    shots: int | None = Opt(
+        None, help="Training rows per class, sampled per seed (0 or omitted: full train split)."
+    ),
+    seeds: int = Opt(
+        3, help="Number of seeds (0..n-1); each draws its own k-shot sample and trains a model."
+    ),
+    max_steps: int | None = Opt(
+        None, help="Contrastive steps per seed (default: the training default, 400)."
+    ),
+    batch_size: int | None = Opt(None, help="Pairs per contrastive step (default 32)."),
+    base_model: str | None = Opt(
+        None, help="Sentence-transformers folder or hub name (default: packaged all-MiniLM-L6-v2)."
+    ),
+    out: Path | None = Opt(None, help="Write the results JSON here (also after each seed)."),
 ) -> dict:
     """Train on a public benchmark (k-shot or full) per seed; report test accuracy mean ± std, and out-of-scope recall for CLINC150."""
     from training.benchmarks import BENCHMARKS, format_summary, run_benchmark

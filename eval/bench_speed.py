@@ -103,7 +103,7 @@ def run_speed_benchmark(
     report: Callable[[str], None] = print,
 ) -> dict:
     """Benchmark every exported variant on the same messages, and ``reference`` (a name and a loader of a
-    Predictor, e.g. SetFit PyTorch from training) if given; ratios are against the reference."""
+    Predictor, e.g. SetFit PyTorch opened by the training side) if given; ratios are against the reference."""
     from router.manifest import load_manifest
 
     model_dir = Path(model_dir)

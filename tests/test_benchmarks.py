@@ -71,7 +71,7 @@ def test_read_banking77_quoted_fields_span_lines():
 
 
 def test_read_banking77_errors(tmp_path):
-    with pytest.raises(BenchmarkDataError, match="train.csv"):
+    with pytest.raises(BenchmarkDataError, match=r"train.csv"):
         read_banking77(tmp_path)
     (tmp_path / "train.csv").write_text("sentence,intent\nhello,greet\n")
     (tmp_path / "test.csv").write_text("text,category\nhello,greet\n")

@@ -324,7 +324,7 @@ def test_load_labeled_missing_column(tmp_path, kind):
         DataError, match=r"no column 'text' \(columns: message, label\); name it with --text-column"
     ):
         load_labeled(f)
-    with pytest.raises(DataError, match="no column 'intent'.*--label-column"):
+    with pytest.raises(DataError, match=r"no column 'intent'.*--label-column"):
         load_labeled(f, text_column="message", label_column="intent")
 
 
@@ -347,7 +347,7 @@ def test_load_unlabeled(tmp_path):
     f = _write(tmp_path / "oos.jsonl", '{"text": "hi"}\n{"text": " "}\n{"text": "thanks", "label": null}\n')
     d = load_unlabeled(f)
     assert d.texts == ["hi", " ", "thanks"] and d.lines == [1, 2, 3]
-    with pytest.raises(DataError, match="oos2.jsonl:2: empty 'text'"):
+    with pytest.raises(DataError, match=r"oos2.jsonl:2: empty 'text'"):
         load_unlabeled(_write(tmp_path / "oos2.jsonl", '{"text": "hi"}\n{"text": ""}\n'))
 
 
@@ -436,7 +436,7 @@ def onnx_report(tiny_exported):
 
 @pytest.mark.slow
 def test_end_to_end_onnx_report(onnx_report, tiny_exported, tmp_path):
-    model_dir, manifest = tiny_exported
+    _model_dir, manifest = tiny_exported
     r = onnx_report
     _validate(r, load_schema())
     assert r["model"]["backend"] == "onnx" and r["model"]["variant"] == "int8"
@@ -504,7 +504,7 @@ def test_backend_detection(tiny_exported, tmp_path):
     from router.manifest import ModelError
     from training.model import load_predictor
 
-    model_dir, manifest = tiny_exported
+    model_dir, _manifest = tiny_exported
     assert load_predictor(model_dir).backend == "onnx"
     assert load_predictor(model_dir, variant="fp32").model_id.endswith("/fp32")
     with pytest.raises(ValueError, match="unknown backend"):
@@ -533,7 +533,7 @@ class _StubPredictor:
     """Fixed probabilities per text: the first four test messages fall below tau, two of them misclassified."""
 
     backend, variant, manifest, model_id = "onnx", None, None, "stub@0/none"
-    labels = ["ACTION", "MEMORY", "PLANNING", "REASONING", "SEARCH"]
+    labels = ("ACTION", "MEMORY", "PLANNING", "REASONING", "SEARCH")
 
     def __init__(self, rows):
         self.table = {}
@@ -600,7 +600,7 @@ def test_hub_name_offline_is_a_clear_error():
 
     if os.environ.get("HF_HUB_OFFLINE") != "1":
         pytest.skip("only checked offline (the default in tests)")
-    with pytest.raises(DataError, match="not a local file.*Hub dataset.*HF_HUB_OFFLINE=0"):
+    with pytest.raises(DataError, match=r"not a local file.*Hub dataset.*HF_HUB_OFFLINE=0"):
         load_labeled("someone/some-intent-dataset")
 
 

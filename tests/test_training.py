@@ -10,7 +10,7 @@ from tests.conftest import TINY, tiny_config
 
 @pytest.mark.slow
 def test_training_writes_checkpoint_and_manifest(tiny_trained):
-    out, manifest = tiny_trained
+    out, _manifest = tiny_trained
     assert (out / "checkpoint" / "model_head.pkl").is_file()
     on_disk = load_manifest(out)
     assert on_disk.labels == ["ACTION", "MEMORY", "PLANNING", "REASONING", "SEARCH"]
@@ -35,7 +35,7 @@ def test_training_writes_checkpoint_and_manifest(tiny_trained):
 def test_export_parity_and_manifest(tiny_exported):
     out, manifest = tiny_exported
     assert set(manifest.export.variants) == {"fp32", "int8"}
-    for name, v in manifest.export.variants.items():
+    for v in manifest.export.variants.values():
         assert (out / v.file.path).is_file()
         assert v.parity is not None and v.parity.passed and v.parity.n == 10
     assert manifest.export.variants["fp32"].parity.top1_agreement == 1.0
@@ -128,7 +128,7 @@ def test_missing_or_altered_files_are_refused(model_copy):
     with pytest.raises(ModelError, match="missing"):
         Classifier(model_copy, variant="fp32")
     (model_copy / "manifest.json").unlink()
-    with pytest.raises(ModelError, match="no manifest.json"):
+    with pytest.raises(ModelError, match=r"no manifest.json"):
         Classifier(model_copy)
 
 
