@@ -173,11 +173,11 @@ def train(
     max_seq_length: int | None = Opt(None),
 ) -> None:
     """Train the SetFit intent model and calibrate it on dev (temperature scaling)."""
+    flags = {k: v for k, v in locals().items() if k not in ("out", "config")}  # before any import
     from router.routing import default_model_dir
     from training.train import summary_rows
     from training.train import train as train_model
 
-    flags = {k: v for k, v in locals().items() if k not in ("out", "config")}
     cfg = _train_config(config, **flags)
     out = out or default_model_dir()
     manifest = train_model(cfg, out, report=_say)
@@ -351,11 +351,11 @@ def evaluate(
     max_latency_samples: int = Opt(300, help="Messages timed one by one (0: skip latency)."),
 ) -> dict:
     """Evaluate a model: metrics, calibration, threshold sweep, out-of-scope recall, latency; write the report."""
-    from training.pipeline import evaluate_model
-
     options = {
         k: v for k, v in locals().items() if not k.startswith("verifier_") and k not in ("model", "data")
     }
+    from training.pipeline import evaluate_model  # after locals() is read
+
     verifier = _make_verifier(verifier_url, verifier_model, None)
     name = f"{verifier_model or 'default'} @ {verifier_url}" if verifier else None
     report = evaluate_model(
