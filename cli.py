@@ -1,45 +1,118 @@
-"""intent-router command line: a thin Typer layer over router/, training/ and eval/.
+"""intent-router command line: parses arguments, calls one library function, prints the result.
 
-Each command parses arguments, calls one library function and prints; the work lives in the packages.
+The work lives in router/ (routing), training/ (training, export, the build pipeline, benchmarks) and
+eval/ (the evaluator, reports, gates). Every error is one line and a non-zero exit; ``--debug`` shows
+the traceback, ``--verbose`` lets third-party libraries log at INFO.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import os
 import sys
 from pathlib import Path
 
+import click
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+Opt = typer.Option
 app = typer.Typer(
-    help="Train, export, evaluate and run the five-intent router.", no_args_is_help=True, add_completion=False
+    help="Train, export, evaluate and run the five-intent router.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
 )
 data_app = typer.Typer(help="Corpus tools.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
+bench_app = typer.Typer(help="Benchmarks: speed, public intent datasets.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
 
 console = Console(width=None if sys.stdout.isatty() else 140)
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 400)
+THIRD_PARTY_LOGGERS = (
+    "onnxruntime",
+    "httpx",
+    "httpcore",
+    "datasets",
+    "transformers",
+    "sentence_transformers",
+    "setfit",
+    "huggingface_hub",
+    "urllib3",
+    "filelock",
+    "torch",
+)
+_state = {"debug": False, "verbose": False}
 
-DEFAULT_MODEL_DIR = (
-    Path(__file__).resolve().parent / "models" / "intent-minilm"
-)  # where training writes in a checkout
+
+@app.callback()
+def _options(
+    verbose: bool = Opt(False, "--verbose", "-v", help="Show third-party INFO logs."),
+    debug: bool = Opt(False, "--debug", help="Show the traceback of an error."),
+) -> None:
+    _state.update(debug=debug, verbose=verbose)
+    level = logging.INFO if verbose else logging.WARNING
+    for name in THIRD_PARTY_LOGGERS:
+        logging.getLogger(name).setLevel(level)
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {message}")
+    lines = [l.strip() for l in str(message).splitlines() if l.strip()]
+    err_console.print(f"[bold red]error:[/] {escape('; '.join(lines) or 'failed')}", highlight=False)
     return typer.Exit(code)
+
+
+def _cli(fn):
+    """One line and exit 1 for any error (exit 2 for usage errors); the traceback only with --debug."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (typer.Exit, click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except Exception as e:
+            if _state["debug"]:
+                raise
+            known = type(e).__name__.endswith("Error") and type(e).__module__.split(".")[0] in (
+                "router",
+                "eval",
+                "training",
+            )
+            detail = str(e) or type(e).__name__
+            raise _fail(
+                detail if known or isinstance(e, ValueError) else f"{type(e).__name__}: {detail}"
+            ) from e
+
+    return wrapper
+
+
+def _say(message: str) -> None:
+    console.print(f"[dim]{escape(message)}[/]", highlight=False)
+
+
+def _table(title: str, header: list[str], rows: list[list]) -> None:
+    t = Table(title=title)
+    for i, h in enumerate(header):
+        t.add_column(h, justify="left" if i == 0 else "right")
+    for r in rows:
+        t.add_row(*[str(c) for c in r])
+    console.print(t)
 
 
 # --------------------------------------------------------------------------------------- data
 @data_app.command("check")
+@_cli
 def data_check(
     paths: list[Path] = typer.Argument(None, help="JSONL files or directories (default: data/)."),
-    strict: bool = typer.Option(False, "--strict", help="Treat duplicates within a split as errors too."),
-    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
-    max_issues: int = typer.Option(50, help="How many issues to print (all go into --json)."),
+    strict: bool = Opt(False, "--strict", help="Treat duplicates within a split as errors too."),
+    as_json: bool = Opt(False, "--json", help="Print the report as JSON."),
+    max_issues: int = Opt(50, help="How many issues to print (all go into --json)."),
 ) -> None:
     """Validate corpus files: JSON, labels, empty text, duplicates and train/dev/test leakage."""
     from training.corpus import check_files
@@ -57,35 +130,8 @@ def data_check(
     if len(report.issues) > max_issues:
         console.print(f"... {len(report.issues) - max_issues} more (use --json for all)")
 
-    balance = report.class_balance()
-    labels = sorted({l for c in balance.values() for l in c})
-    t = Table(title="Class balance")
-    t.add_column("split")
-    for l in labels:
-        t.add_column(l, justify="right")
-    t.add_column("total", justify="right")
-    for split, counts in balance.items():
-        t.add_row(split, *[str(counts.get(l, 0)) for l in labels], str(sum(counts.values())))
-    console.print(t)
-
-    stats = report.length_stats()
-    t = Table(title="Length (words)")
-    cols = [
-        "rows",
-        "min_words",
-        "median_words",
-        "mean_words",
-        "p90_words",
-        "max_words",
-        "share_le_4_words",
-        "share_ge_25_words",
-    ]
-    t.add_column("split")
-    for c in cols:
-        t.add_column(c.replace("_words", "").replace("share_", ""), justify="right")
-    for split, s in stats.items():
-        t.add_row(split, *[str(s[c]) for c in cols])
-    console.print(t)
+    for title, header, rows in report.tables():
+        _table(title, header, rows)
     console.print(
         f"{len(report.files)} file(s), {len(report.errors)} error(s), {len(report.warnings)} warning(s)"
         + (" [strict: warnings count as errors]" if strict else "")
@@ -100,106 +146,69 @@ def _train_config(config: Path | None, **flags):
     overrides = {k: v for k, v in flags.items() if v is not None}
     try:
         return TrainConfig.from_file(config, **overrides) if config else TrainConfig(**overrides)
-    except Exception as e:
-        raise _fail(f"invalid training config: {e}")
+    except (OSError, ValueError) as e:
+        raise _fail(f"invalid training config: {e}") from e
 
 
 @app.command()
+@_cli
 def train(
-    out: Path = typer.Option(
-        DEFAULT_MODEL_DIR, help="Model directory to write (checkpoint/ and manifest.json)."
+    out: Path | None = Opt(
+        None, help="Model directory to write (default: $INTENT_ROUTER_MODEL or models/intent-minilm)."
     ),
-    config: Path | None = typer.Option(None, help="YAML/JSON file of training options; flags override it."),
-    name: str | None = typer.Option(None, help="Model name recorded in the manifest."),
-    base_model: str | None = typer.Option(
+    config: Path | None = Opt(None, help="YAML/JSON file of training options; flags override it."),
+    name: str | None = Opt(None, help="Model name recorded in the manifest."),
+    base_model: str | None = Opt(
         None, help="Local sentence-transformers folder or hub name (default: the packaged all-MiniLM-L6-v2)."
     ),
-    train_file: Path | None = typer.Option(None),
-    dev_file: Path | None = typer.Option(None, help="Used to fit the temperature."),
-    test_file: Path | None = typer.Option(None),
-    seed: int | None = typer.Option(None),
-    max_steps: int | None = typer.Option(None, help="Contrastive steps (batch pairs); -1 for no cap."),
-    num_iterations: int | None = typer.Option(None),
-    batch_size: int | None = typer.Option(None),
-    epochs: int | None = typer.Option(None, "--epochs"),
-    head_c: float | None = typer.Option(None, help="Inverse L2 strength of the logistic head."),
-    max_seq_length: int | None = typer.Option(None),
+    train_file: Path | None = Opt(None),
+    dev_file: Path | None = Opt(None, help="Used to fit the temperature."),
+    test_file: Path | None = Opt(None),
+    seed: int | None = Opt(None),
+    max_steps: int | None = Opt(None, help="Contrastive steps (batch pairs); -1 for no cap."),
+    num_iterations: int | None = Opt(None),
+    batch_size: int | None = Opt(None),
+    num_epochs: int | None = Opt(None, "--epochs"),
+    head_c: float | None = Opt(None, help="Inverse L2 strength of the logistic head."),
+    max_seq_length: int | None = Opt(None),
 ) -> None:
     """Train the SetFit intent model and calibrate it on dev (temperature scaling)."""
-    cfg = _train_config(
-        config,
-        name=name,
-        base_model=base_model,
-        train_file=train_file,
-        dev_file=dev_file,
-        test_file=test_file,
-        seed=seed,
-        max_steps=max_steps,
-        num_iterations=num_iterations,
-        batch_size=batch_size,
-        num_epochs=epochs,
-        head_c=head_c,
-        max_seq_length=max_seq_length,
-    )
-    _run_train(cfg, out)
-
-
-def _run_train(cfg, out: Path):
-    from training.corpus import CorpusError
+    flags = {k: v for k, v in locals().items() if k not in ("out", "config")}  # before any import
+    from router.routing import default_model_dir
+    from training.train import summary_rows
     from training.train import train as train_model
 
-    try:
-        manifest = train_model(cfg, out, report=lambda m: console.print(f"[dim]{m}[/]"))
-    except (CorpusError, ValueError, FileNotFoundError, RuntimeError) as e:
-        raise _fail(str(e))
-    _print_training_summary(manifest)
-    console.print(f"model written to [bold]{out}[/]")
-    return manifest
-
-
-def _print_training_summary(manifest) -> None:
-    cal = manifest.calibration
-    t = Table(title=f"{manifest.name}: temperature {cal.temperature:.3f}")
-    t.add_column("split")
-    for c in ("accuracy", "macro_f1", "ece before", "ece after", "nll before", "nll after"):
-        t.add_column(c, justify="right")
-    for split, m in manifest.metrics.items():
-        t.add_row(
-            split,
-            f"{m['accuracy']:.4f}",
-            f"{m['macro_f1']:.4f}",
-            f"{cal.before[split]['ece']:.4f}",
-            f"{cal.after[split]['ece']:.4f}",
-            f"{cal.before[split]['nll']:.4f}",
-            f"{cal.after[split]['nll']:.4f}",
-        )
-    console.print(t)
-    console.print(f"training time: {manifest.training['seconds']['total']:.1f}s")
+    cfg = _train_config(config, **flags)
+    out = out or default_model_dir()
+    manifest = train_model(cfg, out, report=_say)
+    title, header, rows = summary_rows(manifest)
+    _table(title, header, rows)
+    console.print(
+        f"training time: {manifest.training['seconds']['total']:.1f}s; model written to [bold]{out}[/]"
+    )
 
 
 @app.command()
+@_cli
 def export(
-    model: Path = typer.Option(DEFAULT_MODEL_DIR, help="Model directory written by 'train'."),
-    parity_file: Path = typer.Option(Path("data/test.jsonl"), help="Held-out JSONL for the parity check."),
-    variants: str = typer.Option("fp32,int8", help="Comma-separated: fp32, int8."),
-    keep_fp32: bool = typer.Option(
+    model: Path | None = Opt(None, help="Model directory written by 'train' (default: the default model)."),
+    parity_file: Path = Opt(Path("data/test.jsonl"), help="Held-out JSONL for the parity check."),
+    variants: str = Opt("fp32,int8", help="Comma-separated: fp32, int8."),
+    keep_fp32: bool = Opt(
         True, "--keep-fp32/--drop-fp32", help="Keep the fp32 graph after the int8 one is made."
     ),
 ) -> None:
     """Export to ONNX (fp32 and int8) with calibrated probabilities; fails when parity fails."""
-    from router.manifest import ModelError
+    from router.routing import default_model_dir
     from training.export import export_model
 
-    try:
-        manifest = export_model(
-            model,
-            parity_file=parity_file,
-            variants=[v.strip() for v in variants.split(",") if v.strip()],
-            keep_fp32=keep_fp32,
-            report=lambda m: console.print(f"[dim]{m}[/]"),
-        )
-    except (ModelError, ValueError) as e:
-        raise _fail(str(e))
+    manifest = export_model(
+        model or default_model_dir(),
+        parity_file=parity_file,
+        variants=[v.strip() for v in variants.split(",") if v.strip()],
+        keep_fp32=keep_fp32,
+        report=_say,
+    )
     for name, v in manifest.export.variants.items():
         console.print(
             f"{name}: {v.file.path} ({v.file.bytes / 1e6:.1f} MB), parity top-1 {v.parity.top1_agreement:.4f}"
@@ -207,115 +216,62 @@ def export(
 
 
 @app.command()
+@_cli
 def build(
-    out: Path = typer.Option(DEFAULT_MODEL_DIR, help="Model directory to write."),
-    config: Path | None = typer.Option(None, help="Training config file."),
-    report_dir: Path = typer.Option(Path("reports/build"), help="Where the evaluation report goes."),
+    out: Path | None = Opt(None, help="Model directory to write (default: the default model)."),
+    config: Path | None = Opt(None, help="Training config file."),
+    report_dir: Path = Opt(Path("reports/build"), help="Where the evaluation report goes."),
+    oos: Path = Opt(Path("data/oos.jsonl"), help="Out-of-scope file for the evaluation, if it exists."),
 ) -> None:
     """The main job: train on data/, calibrate, export fp32+int8 with parity, evaluate the int8 router."""
-    import time
+    from training.pipeline import build as run_build
 
-    from router.manifest import ModelError
-    from training.export import export_model
-
-    t0 = time.perf_counter()
-    cfg = _train_config(config)
-    manifest = _run_train(cfg, out)
-    try:
-        export_model(
-            out, parity_file=cfg.test_file or cfg.dev_file, report=lambda m: console.print(f"[dim]{m}[/]")
-        )
-    except (ModelError, ValueError) as e:
-        raise _fail(str(e))
-    seconds = time.perf_counter() - t0
-    from router.manifest import load_manifest
-
-    manifest = load_manifest(out)
-    manifest.training["seconds"]["build_total"] = round(seconds, 2)
-    manifest.save(out)
-    console.print(f"train + calibrate + export: {seconds:.1f}s")
-    if cfg.test_file and _has_eval():
-        evaluate(
-            model=out,
-            data=cfg.test_file,
-            oos=Path("data/oos.jsonl") if Path("data/oos.jsonl").is_file() else None,
-            out=report_dir,
-            threshold=None,
-            variant=None,
-            text_column="text",
-            label_column="label",
-        )
-
-
-def _has_eval() -> bool:
-    try:
-        import eval.report  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    manifest, report = run_build(_train_config(config), out, report_dir=report_dir, oos=oos, report=_say)
+    console.print(f"built [bold]{manifest.model_id}[/]")
+    if report is not None:
+        _print_eval_summary(report)
+        console.print(f"report written to [bold]{report_dir}[/]")
 
 
 # -------------------------------------------------------------------------------------- route
-def _read_messages(texts: list[str], file: Path | None) -> list[str]:
-    if file is None:
-        return list(texts)
-    stream = sys.stdin if str(file) == "-" else open(file, encoding="utf-8")
-    with stream:
-        lines = [l.rstrip("\n") for l in stream]
-    out = []
-    for l in lines:
-        if l.lstrip().startswith("{"):
-            try:
-                obj = json.loads(l)
-                out.append(obj["text"] if isinstance(obj, dict) and "text" in obj else l)
-                continue
-            except json.JSONDecodeError:
-                pass
-        out.append(l)
-    return out + list(texts)
-
-
 @app.command()
+@_cli
 def route(
     texts: list[str] = typer.Argument(None, help="Message(s) to route."),
-    role: str = typer.Option("viewer", help="Caller's role (RBAC)."),
-    file: Path | None = typer.Option(
+    role: str = Opt("viewer", help="Caller's role (RBAC)."),
+    file: Path | None = Opt(
         None, "--file", "-f", help="Route every line of a file ('-' for stdin); JSONL rows use their 'text'."
     ),
-    model: Path | None = typer.Option(
+    model: Path | None = Opt(
         None, help="Exported model directory (default: $INTENT_ROUTER_MODEL or the shipped model)."
     ),
-    config: Path | None = typer.Option(None, help="Router config YAML (skills, roles, threshold)."),
-    threshold: float | None = typer.Option(None, help="Override the confidence threshold, in (0, 1]."),
-    variant: str | None = typer.Option(None, help="Graph variant: int8 (default) or fp32."),
-    verifier_url: str | None = typer.Option(
+    config: Path | None = Opt(None, help="Router config YAML (skills, roles, threshold)."),
+    threshold: float | None = Opt(None, help="Override the confidence threshold, in (0, 1]."),
+    variant: str | None = Opt(None, help="Graph variant: int8 (default) or fp32."),
+    verifier_url: str | None = Opt(
         None,
         envvar="INTENT_ROUTER_VERIFIER_URL",
         help="OpenAI-compatible base URL, e.g. http://127.0.0.1:11434/v1",
     ),
-    verifier_model: str | None = typer.Option(
+    verifier_model: str | None = Opt(
         None, envvar="INTENT_ROUTER_VERIFIER_MODEL", help="Model name for the verifier."
     ),
-    verifier_timeout: float | None = typer.Option(
+    verifier_timeout: float | None = Opt(
         None, help="Seconds per verifier HTTP request (the total deadline defaults to twice this)."
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print full decisions as JSON (one line each)."),
+    as_json: bool = Opt(False, "--json", help="Print full decisions as JSON (one line each)."),
 ) -> None:
     """Route messages: intent, confidence, granted and denied skills."""
-    from router.manifest import ModelError
+    from eval.data import load_messages
+    from router.config import RouterConfig
     from router.routing import Router
 
-    messages = _read_messages(texts or [], file)
+    messages = (load_messages(file) if file is not None else []) + list(texts or [])
     if not messages:
         raise _fail("give a message, or --file FILE / --file - for stdin", code=2)
-    from router.config import RouterConfig
-
-    try:
-        cfg = RouterConfig.load(config)
-        verifier = _make_verifier(verifier_url, verifier_model, verifier_timeout, cfg)
-        router = Router.load(model, config=cfg, verifier=verifier, threshold=threshold, variant=variant)
-    except (ModelError, ValueError, FileNotFoundError) as e:
-        raise _fail(str(e))
+    cfg = RouterConfig.load(config)
+    verifier = _make_verifier(verifier_url, verifier_model, verifier_timeout, cfg)
+    router = Router.load(model, config=cfg, verifier=verifier, threshold=threshold, variant=variant)
     decisions = (
         router.route_batch(messages, role) if verifier is None else [router.route(m, role) for m in messages]
     )
@@ -332,13 +288,11 @@ def route(
 
 
 def _one_line(d) -> str:
-    intent = d.intent.value if d.intent else "-"
-    conf = f"{d.confidence:.3f}" if d.confidence is not None else "-"
     skills = ",".join(d.skills.required) + ("+" + ",".join(d.skills.optional) if d.skills.optional else "")
     return json.dumps(
         {
-            "intent": intent,
-            "confidence": conf,
+            "intent": d.intent.value if d.intent else "-",
+            "confidence": f"{d.confidence:.3f}" if d.confidence is not None else "-",
             "source": d.source,
             "reason": d.reason_code.value,
             "skills": skills,
@@ -352,19 +306,15 @@ def _one_line(d) -> str:
 def _make_verifier(url: str | None, model: str | None, timeout: float | None, config=None):
     if not url:
         return None
-    try:
-        from router.llm_verifier import LLMVerifier, VerifierSettings
-    except ImportError:
-        raise _fail("this build has no LLM verifier")
-    settings = VerifierSettings.from_env(base_url=url, model=model, timeout=timeout)
-    return LLMVerifier(settings, registry=config)
+    from router.llm_verifier import LLMVerifier, VerifierSettings
+
+    return LLMVerifier(VerifierSettings.from_env(base_url=url, model=model, timeout=timeout), registry=config)
 
 
 @app.command()
+@_cli
 def schema(
-    out: Path = typer.Option(
-        Path("router/schema/decision.schema.json"), help="Where to write the JSON Schema."
-    ),
+    out: Path = Opt(Path("router/schema/decision.schema.json"), help="Where to write the JSON Schema."),
 ) -> None:
     """Write the JSON Schema of the routing Decision."""
     from router.decision import write_json_schema
@@ -374,144 +324,72 @@ def schema(
 
 
 # --------------------------------------------------------------------------------------- eval
-from typing import Annotated  # noqa: E402  (eval/gate use Annotated so they can be called as plain functions)
-
-
 @app.command("eval")
+@_cli
 def evaluate(
-    data: Annotated[
-        str, typer.Option(help="Labeled JSONL/CSV/TSV/Parquet file, or a Hub dataset name (online only).")
-    ],
-    model: Annotated[
-        Path | None,
-        typer.Option(
-            help="Exported model dir, training output dir or bare SetFit checkpoint (default: the shipped model)."
-        ),
-    ] = None,
-    oos: Annotated[
-        str | None, typer.Option(help="Unlabeled out-of-scope file for out-of-scope recall.")
-    ] = None,
-    out: Annotated[Path, typer.Option(help="Directory for eval.json, report.md and the PNG plots.")] = Path(
-        "reports/eval"
+    data: str = Opt(..., help="Labeled JSONL/CSV/TSV/Parquet file, or a Hub dataset name (online only)."),
+    model: Path | None = Opt(
+        None,
+        help="Exported model dir, training output dir or bare SetFit checkpoint (default: the shipped model).",
     ),
-    threshold: Annotated[float | None, typer.Option(help="tau (default: the router's, 0.75).")] = None,
-    variant: Annotated[str | None, typer.Option(help="ONNX graph: int8 (default) or fp32.")] = None,
-    text_column: Annotated[str, typer.Option(help="Column holding the message.")] = "text",
-    label_column: Annotated[str, typer.Option(help="Column holding the intent label.")] = "label",
-    backend: Annotated[str, typer.Option(help="auto (onnx when exported), onnx or torch.")] = "auto",
-    split: Annotated[str | None, typer.Option(help="Split of a Hub dataset (default: test).")] = None,
-    skip_invalid: Annotated[
-        bool, typer.Option("--skip-invalid", help="Leave out (and list) invalid rows instead of stopping.")
-    ] = False,
-    verifier_url: Annotated[
-        str | None, typer.Option(help="OpenAI-compatible base URL: report the verifier lift below tau.")
-    ] = None,
-    verifier_model: Annotated[str | None, typer.Option(help="Model name for the verifier.")] = None,
-    verifier_max: Annotated[
-        int | None, typer.Option(help="Verify at most this many below-tau messages.")
-    ] = None,
-    max_latency_samples: Annotated[
-        int, typer.Option(help="Messages timed one by one (0: skip latency).")
-    ] = 300,
+    oos: str | None = Opt(None, help="Unlabeled out-of-scope file for out-of-scope recall."),
+    out: Path = Opt(Path("reports/eval"), help="Directory for eval.json, report.md and the PNG plots."),
+    threshold: float | None = Opt(None, help="tau (default: the router's, 0.75)."),
+    variant: str | None = Opt(None, help="ONNX graph: int8 (default) or fp32."),
+    text_column: str = Opt("text", help="Column holding the message."),
+    label_column: str = Opt("label", help="Column holding the intent label."),
+    backend: str = Opt("auto", help="auto (onnx when exported), onnx or torch."),
+    split: str | None = Opt(None, help="Split of a Hub dataset (default: test)."),
+    skip_invalid: bool = Opt(
+        False, "--skip-invalid", help="Leave out (and list) invalid rows instead of stopping."
+    ),
+    verifier_url: str | None = Opt(
+        None, help="OpenAI-compatible base URL: report the verifier lift below tau."
+    ),
+    verifier_model: str | None = Opt(None, help="Model name for the verifier."),
+    verifier_max: int | None = Opt(None, help="Verify at most this many below-tau messages."),
+    max_latency_samples: int = Opt(300, help="Messages timed one by one (0: skip latency)."),
 ) -> dict:
     """Evaluate a model: metrics, calibration, threshold sweep, out-of-scope recall, latency; write the report."""
-    from eval.data import DataError
-    from eval.report import run_evaluation, write_report
-    from router.manifest import ModelError
-    from router.routing import default_model_dir
+    options = {
+        k: v for k, v in locals().items() if not k.startswith("verifier_") and k not in ("model", "data")
+    }
+    from training.pipeline import evaluate_model  # after locals() is read
 
     verifier = _make_verifier(verifier_url, verifier_model, None)
-    try:
-        report = run_evaluation(
-            model or default_model_dir(),
-            data,
-            oos=oos,
-            threshold=threshold,
-            variant=variant,
-            backend=backend,
-            text_column=text_column,
-            label_column=label_column,
-            split=split,
-            skip_invalid=skip_invalid,
-            verifier=verifier,
-            verifier_max=verifier_max,
-            verifier_name=f"{verifier_model or 'default'} @ {verifier_url}" if verifier else None,
-            max_latency_samples=max_latency_samples,
-        )
-    except (DataError, ModelError, ValueError, FileNotFoundError) as e:
-        raise _fail(str(e))
-    paths = write_report(report, out)
+    name = f"{verifier_model or 'default'} @ {verifier_url}" if verifier else None
+    report = evaluate_model(
+        model, data, verifier=verifier, verifier_max=verifier_max, verifier_name=name, **options
+    )
     _print_eval_summary(report)
-    console.print(f"report written to [bold]{out}[/] ({', '.join(p.name for p in paths.values())})")
+    console.print(f"report written to [bold]{out}[/] (eval.json, report.md, PNG plots)")
     return report
 
 
 def _print_eval_summary(report: dict) -> None:
-    m, c, cal, at = (
-        report["model"],
-        report["classification"],
-        report["calibration"],
-        report["thresholds"]["at_tau"],
+    from eval.markdown import per_class_rows, summary_rows
+
+    m, d = report["model"], report["data"]
+    _table(
+        f"{m['model_id']} ({m['backend']}) on {d['source']} (n={d['n']})",
+        ["metric", "value"],
+        summary_rows(report),
     )
-    f = lambda x, nd=4: "-" if x is None else f"{x:.{nd}f}"  # noqa: E731
-    t = Table(
-        title=f"{m['model_id']} ({m['backend']}) on {report['data']['source']} (n={report['data']['n']})"
-    )
-    t.add_column("metric")
-    t.add_column("value", justify="right")
-    rows = [
-        ("accuracy", f(c["accuracy"])),
-        ("macro-F1", f(c["macro_f1"])),
-        ("ECE", f(cal["ece"])),
-        ("NLL", f(cal["nll"])),
-        ("Brier", f(cal["brier"])),
-        (f"accepted at tau {at['tau']:g}", f(at["accepted_share"])),
-        ("accuracy of accepted", f(at["accepted_accuracy"])),
-        ("to verifier", f(at["to_verifier_share"])),
-    ]
-    if report.get("oos"):
-        rows.append((f"out-of-scope recall (n={report['oos']['n']})", f(report["oos"]["recall"])))
-    if report.get("latency"):
-        s, b = report["latency"]["single"], report["latency"]["batch"]
-        rows.append(
-            ("latency p50/p95/p99 ms", f"{f(s['p50_ms'], 2)} / {f(s['p95_ms'], 2)} / {f(s['p99_ms'], 2)}")
-        )
-        rows.append(("batch msg/s", f(b["messages_per_second"], 1)))
-    if report.get("verifier"):
-        v = report["verifier"]
-        rows.append(
-            (
-                f"verifier lift on {v['n_verified']} below tau",
-                f"{f(v['classifier_accuracy'])} -> {f(v['verifier_accuracy'])}",
-            )
-        )
-    for r in rows:
-        t.add_row(*r)
-    console.print(t)
-    t = Table(title="Per class")
-    for col in ("label", "precision", "recall", "F1", "support"):
-        t.add_column(col, justify="left" if col == "label" else "right")
-    for label, v in c["per_class"].items():
-        t.add_row(label, f(v["precision"]), f(v["recall"]), f(v["f1"]), str(v["support"]))
-    console.print(t)
+    _table("Per class", ["label", "precision", "recall", "F1", "support"], per_class_rows(report))
     console.print(f"{len(report['misclassified'])} misclassified (see report.md)")
 
 
 @app.command()
+@_cli
 def gate(
-    report: Annotated[Path, typer.Option(help="eval.json written by 'intent-router eval'.")] = Path(
-        "reports/ci/eval.json"
+    report: Path = Opt(Path("reports/ci/eval.json"), help="eval.json written by 'intent-router eval'."),
+    baseline: Path = Opt(Path("eval/baseline.json"), help="Committed baseline to compare with."),
+    write_baseline: bool = Opt(
+        False,
+        "--write-baseline",
+        help="Write BASELINE from REPORT with the default limits instead of gating.",
     ),
-    baseline: Annotated[Path, typer.Option(help="Committed baseline to compare with.")] = Path(
-        "eval/baseline.json"
-    ),
-    write_baseline: Annotated[
-        bool,
-        typer.Option(
-            "--write-baseline", help="Write BASELINE from REPORT with the default limits instead of gating."
-        ),
-    ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the checks as JSON.")] = False,
+    as_json: bool = Opt(False, "--json", help="Print the checks as JSON."),
 ) -> None:
     """CI gate: exit 1 when accuracy, macro-F1, a class F1, ECE or accepted accuracy regress past the baseline's limits."""
     from eval.gate import GateError, gate_notes, gate_passed, load_baseline, run_gate
@@ -529,7 +407,7 @@ def gate(
         base = load_baseline(baseline)
         checks = run_gate(rep, base)
     except (ReportError, GateError, KeyError) as e:
-        raise _fail(f"{e}" if not isinstance(e, KeyError) else f"report or baseline lacks {e}", code=2)
+        raise _fail(f"{e}" if not isinstance(e, KeyError) else f"report or baseline lacks {e}", code=2) from e
     passed = gate_passed(checks)
     if as_json:
         print(
@@ -565,138 +443,83 @@ def gate(
 
 
 # ------------------------------------------------------------------------------------ bench
-bench_app = typer.Typer(help="Benchmarks: public intent datasets.", no_args_is_help=True)
-app.add_typer(bench_app, name="bench")
-
-
 @bench_app.command("speed")
+@_cli
 def bench_speed(
-    model: Path | None = typer.Option(
+    model: Path | None = Opt(
         None, help="Model directory (default: the shipped model; its checkpoint/ enables the PyTorch row)."
     ),
-    data: Path = typer.Option(Path("data/test.jsonl"), help="JSONL messages to time."),
-    limit: int = typer.Option(500, help="How many messages."),
-    torch: bool = typer.Option(True, "--torch/--no-torch", help="Include SetFit PyTorch predict_proba."),
-    batch_size: int = typer.Option(64),
-    threads: int | None = typer.Option(None, help="onnxruntime intra-op threads (default: all cores)."),
-    out: Path | None = typer.Option(None, help="Also write the results as JSON."),
+    data: Path = Opt(Path("data/test.jsonl"), help="JSONL messages to time."),
+    limit: int = Opt(500, help="How many messages."),
+    torch: bool = Opt(True, "--torch/--no-torch", help="Include SetFit PyTorch predict_proba."),
+    batch_size: int = Opt(64),
+    threads: int | None = Opt(None, help="onnxruntime intra-op threads (default: all cores)."),
+    out: Path | None = Opt(None, help="Also write the results as JSON."),
 ) -> None:
     """Latency, throughput, load time and memory: ONNX int8 and fp32 routers beside SetFit PyTorch."""
-    from eval.bench_speed import run_speed_benchmark
-    from router.routing import default_model_dir
-    from training.corpus import load_examples
+    from eval.bench_speed import table_rows
+    from training.pipeline import speed_benchmark
 
-    model = model or default_model_dir()
-    texts = [e.text for e in load_examples(data)][:limit]
-    res = run_speed_benchmark(
+    res = speed_benchmark(
         model,
-        texts,
+        data,
+        limit=limit,
         include_torch=torch,
         batch_size=batch_size,
         threads=threads,
-        report=lambda m: console.print(f"[dim]{m}[/]"),
+        out=out,
+        report=_say,
     )
-    t = Table(title=f"{res['model']}: {res['messages']} messages, {res['machine']['cpus']} CPUs")
-    for c in (
-        "backend",
-        "load s",
-        "p50 ms",
-        "p95 ms",
-        "p99 ms",
-        "batch msg/s",
-        "RSS +MB",
-        "p50 speed-up",
-        "tput ratio",
-    ):
-        t.add_column(c, justify="right" if c != "backend" else "left")
-    for r in res["rows"]:
-        t.add_row(
-            r["name"],
-            f"{r['load_s']:.2f}",
-            f"{r['p50_ms']:.2f}",
-            f"{r['p95_ms']:.2f}",
-            f"{r['p99_ms']:.2f}",
-            f"{r['batch_msgs_per_s']:.0f}",
-            f"{r['rss_added_mb']:.0f}",
-            f"{r['speedup_p50_vs_setfit']:.1f}x" if "speedup_p50_vs_setfit" in r else "-",
-            f"{r['throughput_vs_setfit']:.1f}x" if "throughput_vs_setfit" in r else "-",
-        )
-    console.print(t)
+    header, rows = table_rows(res)
+    _table(f"{res['model']}: {res['messages']} messages, {res['machine']['cpus']} CPUs", header, rows)
     if out:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")
         console.print(f"wrote {out}")
 
 
 @bench_app.command("dataset")
+@_cli
 def bench_dataset(
-    name: Annotated[str, typer.Option(help="Benchmark: clinc150 or banking77.")],
-    path: Annotated[
-        Path,
-        typer.Option(
-            help="CLINC150: data_full.json or its folder. BANKING77: folder with train.csv and test.csv."
-        ),
-    ],
-    shots: Annotated[
-        int | None,
-        typer.Option(help="Training rows per class, sampled per seed (0 or omitted: full train split)."),
-    ] = None,
-    seeds: Annotated[
-        int,
-        typer.Option(help="Number of seeds (0..n-1); each draws its own k-shot sample and trains a model."),
-    ] = 3,
-    max_steps: Annotated[
-        int | None, typer.Option(help="Contrastive steps per seed (default: the training default, 400).")
-    ] = None,
-    batch_size: Annotated[int | None, typer.Option(help="Pairs per contrastive step (default 32).")] = None,
-    base_model: Annotated[
-        str | None,
-        typer.Option(help="Sentence-transformers folder or hub name (default: packaged all-MiniLM-L6-v2)."),
-    ] = None,
-    out: Annotated[
-        Path | None, typer.Option(help="Write the results JSON here (also after each seed).")
-    ] = None,
+    name: str = Opt(..., help="Benchmark: clinc150 or banking77."),
+    path: Path = Opt(
+        ..., help="CLINC150: data_full.json or its folder. BANKING77: folder with train.csv and test.csv."
+    ),
+    shots: int | None = Opt(
+        None, help="Training rows per class, sampled per seed (0 or omitted: full train split)."
+    ),
+    seeds: int = Opt(
+        3, help="Number of seeds (0..n-1); each draws its own k-shot sample and trains a model."
+    ),
+    max_steps: int | None = Opt(
+        None, help="Contrastive steps per seed (default: the training default, 400)."
+    ),
+    batch_size: int | None = Opt(None, help="Pairs per contrastive step (default 32)."),
+    base_model: str | None = Opt(
+        None, help="Sentence-transformers folder or hub name (default: packaged all-MiniLM-L6-v2)."
+    ),
+    out: Path | None = Opt(None, help="Write the results JSON here (also after each seed)."),
 ) -> dict:
     """Train on a public benchmark (k-shot or full) per seed; report test accuracy mean ± std, and out-of-scope recall for CLINC150."""
-    from rich.markup import escape
-
-    from training.benchmarks import BENCHMARKS, BenchmarkDataError, format_summary, run_benchmark
+    from training.benchmarks import BENCHMARKS, format_summary, run_benchmark
 
     if name not in BENCHMARKS:
         raise _fail(f"--name must be one of {', '.join(BENCHMARKS)}", code=2)
     if (shots is not None and shots < 0) or seeds < 1:
         raise _fail("--shots must be >= 0 and --seeds >= 1", code=2)
-    command = " ".join(["intent-router", *sys.argv[1:]]) if sys.argv[1:2] == ["bench"] else None
-
-    def save(result: dict) -> None:
-        if out:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps({"command": command, **result}, indent=2) + "\n", encoding="utf-8")
-
-    try:
-        result = run_benchmark(
-            name,
-            path,
-            shots=shots,
-            seeds=seeds,
-            max_steps=max_steps,
-            batch_size=batch_size,
-            base_model=base_model,
-            report=lambda m: console.print(f"[dim]{escape(m)}[/]", highlight=False),
-            on_seed=save,
-        )
-    except (BenchmarkDataError, ValueError, FileNotFoundError, RuntimeError) as e:
-        raise _fail(str(e))
-    save(result)
-    t = Table(
-        title=f"{name} {f'{shots}-shot' if shots else 'full data'}, {seeds} seed(s), "
-        f"{result['hyperparameters']['max_steps']} steps x {result['hyperparameters']['batch_size']} pairs"
+    result = run_benchmark(
+        name,
+        path,
+        shots=shots,
+        seeds=seeds,
+        max_steps=max_steps,
+        batch_size=batch_size,
+        base_model=base_model,
+        report=_say,
+        out=out,
+        command=" ".join(["intent-router", *sys.argv[1:]]) if "bench" in sys.argv[1:3] else None,
     )
-    t.add_column("metric")
-    t.add_column("mean ± std (min-max)", justify="right")
-    for row in format_summary(result):
-        t.add_row(*row)
-    console.print(t)
+    hp = result["hyperparameters"]
+    title = f"{name} {f'{shots}-shot' if shots else 'full data'}, {seeds} seed(s), {hp['max_steps']} steps x {hp['batch_size']} pairs"
+    _table(title, ["metric", "mean ± std (min-max)"], format_summary(result))
     if out:
         console.print(f"results written to [bold]{out}[/]")
     return result

@@ -1,7 +1,7 @@
-"""Speed benchmark: the ONNX router (int8, fp32) beside SetFit's PyTorch predict_proba, in one process.
+"""Speed benchmark: the ONNX router (int8, fp32) beside a reference predictor (SetFit PyTorch), in one process.
 
 Latency is wall time of one call per message (route() for the router, predict_proba([text]) for
-SetFit), after warm-up; throughput is messages per second through batched calls.
+the reference), after warm-up; throughput is messages per second through batched calls.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
+
+from eval.latency import time_batches, time_calls
 
 
 def _rss_mb() -> float:
@@ -37,30 +39,9 @@ def _percentiles(ms: Sequence[float]) -> dict[str, float]:
     }
 
 
-def _time_single(fn: Callable[[str], object], texts: Sequence[str], warmup: int) -> list[float]:
-    for t in texts[:warmup]:
-        fn(t)
-    out = []
-    for t in texts:
-        t0 = time.perf_counter()
-        fn(t)
-        out.append((time.perf_counter() - t0) * 1000)
-    return out
-
-
-def _throughput(
-    fn: Callable[[list[str]], object], texts: Sequence[str], batch_size: int, min_seconds: float = 1.0
-) -> float:
-    fn(list(texts[:batch_size]))  # warm-up
-    n, t0 = 0, time.perf_counter()
-    while True:
-        for i in range(0, len(texts), batch_size):
-            chunk = list(texts[i : i + batch_size])
-            fn(chunk)
-            n += len(chunk)
-        elapsed = time.perf_counter() - t0
-        if elapsed >= min_seconds:
-            return n / elapsed
+def _throughput(fn: Callable[[list[str]], object], texts: Sequence[str], batch_size: int) -> float:
+    n, seconds = time_batches(fn, texts, batch_size, min_seconds=1.0, warmup=True)
+    return n / seconds
 
 
 def bench_router(
@@ -79,7 +60,7 @@ def bench_router(
     t0 = time.perf_counter()
     router = Router.load(model_dir, variant=variant, intra_op_threads=threads)
     load_s = time.perf_counter() - t0
-    single = _time_single(lambda t: router.route(t, role), texts, warmup)
+    single = time_calls(lambda t: router.route(t, role), texts, warmup)
     tput = _throughput(lambda b: router.route_batch(b, role), texts, batch_size)
     return {
         "name": f"router onnx {variant}",
@@ -91,42 +72,38 @@ def bench_router(
     }
 
 
-def bench_setfit(
-    checkpoint: str | Path, texts: Sequence[str], batch_size: int = 64, warmup: int = 20
+def bench_predictor(
+    name: str, load: Callable[[], object], texts: Sequence[str], batch_size: int = 64, warmup: int = 20
 ) -> dict:
-    import torch
-
-    from training.train import load_setfit
-
+    """Any Predictor, opened by ``load()`` (timed): ``predict_proba([text])`` latency and batch throughput."""
     gc.collect()
     rss0 = _rss_mb()
     t0 = time.perf_counter()
-    model = load_setfit(checkpoint)
+    predictor = load()
     load_s = time.perf_counter() - t0
-    with torch.inference_mode():
-        single = _time_single(lambda t: model.predict_proba([t]), texts, warmup)
-        tput = _throughput(lambda b: model.predict_proba(b, batch_size=batch_size), texts, batch_size)
+    single = time_calls(lambda t: predictor.predict_proba([t]), texts, warmup)
+    tput = _throughput(predictor.predict_proba, texts, batch_size)
     return {
-        "name": "setfit pytorch predict_proba",
+        "name": name,
         "load_s": load_s,
         **_percentiles(single),
         "batch_msgs_per_s": tput,
         "batch_size": batch_size,
         "rss_added_mb": _rss_mb() - rss0,
-        "torch_threads": torch.get_num_threads(),
     }
 
 
 def run_speed_benchmark(
     model_dir: str | Path,
     texts: Sequence[str],
-    include_torch: bool = True,
+    reference: tuple[str, Callable[[], object]] | None = None,
     variants: Sequence[str] = ("int8", "fp32"),
     batch_size: int = 64,
     threads: int | None = None,
     report: Callable[[str], None] = print,
 ) -> dict:
-    """Benchmark every available backend on the same messages; ratios are against SetFit PyTorch."""
+    """Benchmark every exported variant on the same messages, and ``reference`` (a name and a loader of a
+    Predictor, e.g. SetFit PyTorch opened by the training side) if given; ratios are against the reference."""
     from router.manifest import load_manifest
 
     model_dir = Path(model_dir)
@@ -142,14 +119,10 @@ def run_speed_benchmark(
             rows.append(bench_router(model_dir, texts, v, batch_size=batch_size, threads=threads))
         else:
             report(f"skipping onnx {v}: not in {model_dir}")
-    ckpt = model_dir / manifest.training.get("checkpoint", "checkpoint")
-    if include_torch:
-        if ckpt.is_dir():
-            report("benchmarking setfit pytorch ...")
-            rows.append(bench_setfit(ckpt, texts, batch_size=batch_size))
-        else:
-            report(f"skipping setfit pytorch: no checkpoint at {ckpt} (train the model to compare)")
-    ref = next((r for r in rows if r["name"].startswith("setfit")), None)
+    if reference is not None:
+        report(f"benchmarking {reference[0]} ...")
+        rows.append(bench_predictor(reference[0], reference[1], texts, batch_size=batch_size))
+    ref = rows[-1] if reference is not None else None
     if ref:
         for r in rows:
             r["speedup_p50_vs_setfit"] = ref["p50_ms"] / r["p50_ms"]
@@ -166,3 +139,33 @@ def run_speed_benchmark(
         },
         "rows": rows,
     }
+
+
+def table_rows(result: dict) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of a speed benchmark result, for a terminal table."""
+    header = [
+        "backend",
+        "load s",
+        "p50 ms",
+        "p95 ms",
+        "p99 ms",
+        "batch msg/s",
+        "RSS +MB",
+        "p50 speed-up",
+        "tput ratio",
+    ]
+    rows = [
+        [
+            r["name"],
+            f"{r['load_s']:.2f}",
+            f"{r['p50_ms']:.2f}",
+            f"{r['p95_ms']:.2f}",
+            f"{r['p99_ms']:.2f}",
+            f"{r['batch_msgs_per_s']:.0f}",
+            f"{r['rss_added_mb']:.0f}",
+            f"{r['speedup_p50_vs_setfit']:.1f}x" if "speedup_p50_vs_setfit" in r else "-",
+            f"{r['throughput_vs_setfit']:.1f}x" if "throughput_vs_setfit" in r else "-",
+        ]
+        for r in result["rows"]
+    ]
+    return header, rows

@@ -1,4 +1,4 @@
-"""Calibration metrics over probability matrices (numpy only, usable from training and eval)."""
+"""Calibration metrics over probability matrices (numpy only, shared by the training side and eval)."""
 
 from __future__ import annotations
 

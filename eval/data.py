@@ -1,14 +1,22 @@
-"""Evaluation data through ``datasets``: local JSONL / CSV / TSV / Parquet files or Hub dataset names.
+"""The one data loader: labelled and unlabelled messages from JSONL, CSV, TSV, Parquet, a Hub dataset
+(through ``datasets``) or plain text lines, with file:line errors.
 
 ``load_labeled`` returns texts and labels and refuses (``DataError``) rows with an empty text, a
 missing or unknown label, naming the file and the line (JSONL) or row (other formats) of each
-problem. ``load_unlabeled`` reads the out-of-scope file: texts only, whitespace-only rows allowed
-(they are what such a file tests), empty strings and missing texts refused.
+problem. ``load_unlabeled`` reads out-of-scope files: texts only, whitespace-only rows allowed (they
+are what such a file tests), empty strings and missing texts refused. ``load_messages`` reads
+messages to route: JSONL rows (their ``text``) or one plain message per line, from a file or stdin.
+``iter_jsonl`` is the JSONL reader under all of them (the corpus checker uses it too).
+
+JSONL and plain text are read with the standard library (the runtime install has no ``datasets``);
+CSV, TSV, Parquet and Hub datasets need ``datasets`` (the ``eval`` or ``train`` extra).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,11 +32,16 @@ LOCAL_FORMATS = {
     ".tsv": "csv",
     ".parquet": "parquet",
 }
+JSONL_SUFFIXES = (".jsonl", ".ndjson")
 MAX_SHOWN = 10
 
 
 class DataError(ValueError):
-    """Evaluation data cannot be used; the message names the source and the rows at fault."""
+    """Data cannot be used; the message (one line) names the source and the first row at fault."""
+
+    def __init__(self, message: str, problems: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.problems = list(problems)  # every "file:line: reason", for callers that list them all
 
 
 @dataclass
@@ -69,24 +82,94 @@ def _where(line: int | None, row: int) -> str:
     return f"line {line}" if line is not None else f"row {row}"
 
 
+def _loc(source, line: int | None, row: int) -> str:
+    return f"{source}:{line}" if line is not None else f"{source}: row {row}"
+
+
+# ------------------------------------------------------------------------------------- JSONL
+def decode_utf8(raw: bytes, source) -> str:
+    """Bytes as UTF-8, or a DataError naming the line of the first bad byte."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise DataError(f"{source}:{line}: not valid UTF-8 (byte 0x{raw[e.start]:02x})") from e
+
+
+def read_text(source: str | Path) -> str:
+    """A file's text ('-' is stdin), with one-line errors for a missing file and invalid UTF-8."""
+    if str(source) == "-":
+        raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+        return decode_utf8(raw, "<stdin>")
+    path = Path(source)
+    if not path.is_file():
+        raise DataError(f"{source}: file not found")
+    return decode_utf8(path.read_bytes(), source)
+
+
+def iter_jsonl(text: str) -> Iterator[tuple[int, dict | None, str | None]]:
+    """(line, object, None) per non-blank line, or (line, None, reason) when the line is not a JSON object."""
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue  # blank lines between rows are tolerated
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            yield n, None, f"invalid JSON: {e.msg} (column {e.colno})"
+            continue
+        if not isinstance(obj, dict):
+            yield n, None, f"expected a JSON object, got {type(obj).__name__}"
+            continue
+        yield n, obj, None
+
+
+class _Table:
+    """Columns of JSONL rows, shaped like the bits of a ``datasets.Dataset`` the loaders read."""
+
+    def __init__(self, rows: list[dict]) -> None:
+        self.rows = rows
+        names: dict[str, None] = {}
+        for r in rows:
+            names.update(dict.fromkeys(r))
+        self.column_names = list(names)
+        self.features: dict = {}
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, column: str) -> list:
+        return [r.get(column) for r in self.rows]
+
+
+def _jsonl_table(source, text: str) -> tuple[_Table, list[int]]:
+    rows, lines = [], []
+    for n, obj, problem in iter_jsonl(text):
+        if problem is not None:
+            raise DataError(f"{source}:{n}: {problem}")
+        rows.append(obj)
+        lines.append(n)
+    return _Table(rows), lines
+
+
 # ------------------------------------------------------------------------------------- loading
 def load_labeled(
     source: str | Path,
     *,
-    labels: Sequence[str] = INTENTS,
+    labels: Sequence[str] | None = INTENTS,
     text_column: str = "text",
     label_column: str = "label",
     split: str | None = None,
     skip_invalid: bool = False,
 ) -> LabeledData:
-    """Load labeled messages. Invalid rows raise DataError, or are dropped and listed in ``skipped``."""
+    """Load labeled messages. Invalid rows raise DataError, or are dropped and listed in ``skipped``.
+    ``labels=None`` accepts any non-empty string label (public benchmarks)."""
     table, fmt, lines, digest = _load_table(source, split)
     _require_columns(table, source, [text_column, label_column], "label")
     label_names = _class_label_names(table, label_column)
     texts_col, labels_col = table[text_column], table[label_column]
-    known = list(labels)
+    known = list(labels) if labels is not None else None
     texts, out_labels, rows, kept_lines, problems = [], [], [], [], []
-    for i, (text, label) in enumerate(zip(texts_col, labels_col)):
+    for i, (text, label) in enumerate(zip(texts_col, labels_col, strict=True)):
         if label_names is not None and isinstance(label, int) and 0 <= label < len(label_names):
             label = label_names[label]
         reason = _text_problem(text, text_column, allow_blank=False, fmt=fmt)
@@ -97,7 +180,7 @@ def load_labeled(
                 reason = f"empty '{label_column}'"
             elif not isinstance(label, str):
                 reason = f"'{label_column}' must be a string, got {type(label).__name__} {label!r}"
-            elif label not in known:
+            elif known is not None and label not in known:
                 reason = f"unknown label {label!r} (the model knows: {', '.join(known)})"
         if reason is not None:
             problems.append({"row": i + 1, "line": lines[i] if lines else None, "reason": reason})
@@ -132,6 +215,25 @@ def load_unlabeled(
 ) -> UnlabeledData:
     """Load unlabeled (out-of-scope) messages; a label column, if present, is ignored."""
     table, fmt, lines, digest = _load_table(source, split)
+    return _unlabeled(table, source, fmt, lines, digest, text_column, split, skip_invalid)
+
+
+def load_messages(source: str | Path, *, text_column: str = "text") -> list[str]:
+    """Messages to route, from a file or '-' (stdin): a JSONL/CSV/TSV/Parquet file gives its ``text``
+    column (every row must hold a string there); any other file gives one message per non-blank line,
+    and so does stdin unless its first non-blank line is a JSON object (then it is read as JSONL)."""
+    if str(source) != "-" and Path(str(source)).suffix.lower() in LOCAL_FORMATS:
+        return load_unlabeled(source, text_column=text_column).texts
+    text = read_text(source)
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines or not lines[0].lstrip().startswith("{"):
+        return lines
+    name = "<stdin>" if str(source) == "-" else str(source)
+    table, numbers = _jsonl_table(name, text)
+    return _unlabeled(table, name, "jsonl", numbers, None, text_column, None, False).texts
+
+
+def _unlabeled(table, source, fmt, lines, digest, text_column, split, skip_invalid) -> UnlabeledData:
     _require_columns(table, source, [text_column], None)
     texts, rows, kept_lines, problems = [], [], [], []
     for i, text in enumerate(table[text_column]):
@@ -176,11 +278,16 @@ def _text_problem(text, column: str, allow_blank: bool, fmt: str) -> str | None:
 def _handle_problems(problems: list[dict], source, skip_invalid: bool) -> None:
     if not problems or skip_invalid:
         return
-    shown = "\n".join(f"  {_where(p['line'], p['row'])}: {p['reason']}" for p in problems[:MAX_SHOWN])
-    more = f"\n  ... and {len(problems) - MAX_SHOWN} more" if len(problems) > MAX_SHOWN else ""
+    located = [f"{_loc(source, p['line'], p['row'])}: {p['reason']}" for p in problems]
+    rest = len(problems) - 1
+    more = ""
+    if rest:
+        at = ", ".join(_where(p["line"], p["row"]) for p in problems[1:MAX_SHOWN])
+        more = f" (and {rest} more invalid row(s): {at}{', ...' if rest >= MAX_SHOWN else ''})"
     raise DataError(
-        f"{source}: {len(problems)} invalid row(s):\n{shown}{more}\n"
-        "(fix the data, or pass skip_invalid / --skip-invalid to leave these rows out)"
+        f"{located[0]}{more}; {len(problems)} invalid row(s): fix the data, or pass --skip-invalid "
+        "(skip_invalid=True) to leave them out",
+        located,
     )
 
 
@@ -203,30 +310,31 @@ def _class_label_names(table, column: str) -> list[str] | None:
 
 # ----------------------------------------------------------------------------------- sources
 def _load_table(source: str | Path, split: str | None):
-    """Return (Dataset, format, file line of each row or None, sha256 or None)."""
-    import datasets
-
+    """Return (table, format, file line of each row or None, sha256 or None)."""
     path = Path(source)
     suffix = path.suffix.lower()
     is_local = path.exists() or suffix in LOCAL_FORMATS or str(source).startswith((".", "/"))
-    with _quiet(datasets):
-        if is_local:
-            if not path.is_file():
-                raise DataError(f"{source}: file not found")
-            builder = LOCAL_FORMATS.get(suffix)
-            if builder is None:
-                raise DataError(
-                    f"{source}: unknown file type {suffix or '(none)'}; use one of {', '.join(sorted(LOCAL_FORMATS))}"
-                )
-            kwargs = {"delimiter": "\t"} if suffix == ".tsv" else {}
+    if is_local:
+        if not path.is_file():
+            raise DataError(f"{source}: file not found")
+        builder = LOCAL_FORMATS.get(suffix)
+        if builder is None:
+            raise DataError(
+                f"{source}: unknown file type {suffix or '(none)'}; use one of {', '.join(sorted(LOCAL_FORMATS))}"
+            )
+        if suffix in JSONL_SUFFIXES:
+            table, lines = _jsonl_table(source, read_text(path))
+            return table, suffix[1:], lines, sha256_file(path)
+        datasets = _datasets(source)
+        kwargs = {"delimiter": "\t"} if suffix == ".tsv" else {}
+        with _quiet(datasets):
             try:
                 table = datasets.load_dataset(builder, data_files=str(path), split="train", **kwargs)
             except Exception as e:
                 raise DataError(f"{source}: cannot read as {suffix[1:].upper()}: {_cause(e)}") from e
-            lines = _jsonl_lines(path) if builder == "json" and suffix != ".json" else None
-            if lines is not None and len(lines) != len(table):
-                lines = None  # a JSON value spread over several lines: fall back to row numbers
-            return table, suffix[1:], lines, sha256_file(path)
+        return table, suffix[1:], None, sha256_file(path)
+    datasets = _datasets(source)
+    with _quiet(datasets):
         try:
             table = datasets.load_dataset(str(source), split=split or "test")
         except Exception as e:
@@ -236,7 +344,17 @@ def _load_table(source: str | Path, split: str | None):
                 f"{source}: not a local file, and loading it as a Hub dataset (split "
                 f"{split or 'test'!r}) failed{hint}: {_cause(e)}"
             ) from e
-        return table, "hub", None, None
+    return table, "hub", None, None
+
+
+def _datasets(source):
+    try:
+        import datasets
+    except ImportError as e:  # pragma: no cover - depends on the install
+        raise DataError(
+            f"{source}: reading this format needs the 'datasets' package: pip install '.[eval]'"
+        ) from e
+    return datasets
 
 
 def _offline() -> bool:
@@ -255,11 +373,6 @@ def _cause(e: BaseException) -> str:
             msgs.append(text)
         e = e.__cause__ or e.__context__
     return ": ".join(msgs)
-
-
-def _jsonl_lines(path: Path) -> list[int]:
-    with open(path, encoding="utf-8", errors="replace") as f:
-        return [n for n, line in enumerate(f, start=1) if line.strip()]
 
 
 @contextlib.contextmanager

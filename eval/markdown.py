@@ -43,7 +43,7 @@ def _table(header: list[str], rows: list[list]) -> list[str]:
     right = [bool(rows) and all(_numeric(r[i]) for r in rows) for i in range(len(header))]
     out = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" if r else "---" for r in right) + "|"]
     out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-    return out + [""]
+    return [*out, ""]
 
 
 def render_markdown(report: dict, plots: bool = True) -> str:
@@ -106,7 +106,8 @@ def render_markdown(report: dict, plots: bool = True) -> str:
     cm = c["confusion_matrix"]
     lines += ["## Confusion matrix", "", "Rows: true label; columns: predicted.", ""]
     lines += _table(
-        ["true \\ predicted", *cm["labels"]], [[l, *row] for l, row in zip(cm["labels"], cm["matrix"])]
+        ["true \\ predicted", *cm["labels"]],
+        [[l, *row] for l, row in zip(cm["labels"], cm["matrix"], strict=True)],
     )
     if plots:
         lines += [f"![confusion matrix]({PLOT_FILES['confusion_matrix']})", ""]
@@ -229,3 +230,42 @@ def render_markdown(report: dict, plots: bool = True) -> str:
             ],
         )
     return "\n".join(lines).rstrip() + "\n"
+
+
+def summary_rows(report: dict) -> list[list[str]]:
+    """(metric, value) rows of a report's headline numbers, for a terminal table."""
+    c, cal, at = report["classification"], report["calibration"], report["thresholds"]["at_tau"]
+    rows = [
+        ["accuracy", _f(c["accuracy"])],
+        ["macro-F1", _f(c["macro_f1"])],
+        ["ECE", _f(cal["ece"])],
+        ["NLL", _f(cal["nll"])],
+        ["Brier", _f(cal["brier"])],
+        [f"accepted at tau {at['tau']:g}", _f(at["accepted_share"])],
+        ["accuracy of accepted", _f(at["accepted_accuracy"])],
+        ["to verifier", _f(at["to_verifier_share"])],
+    ]
+    if report.get("oos"):
+        rows.append([f"out-of-scope recall (n={report['oos']['n']})", _f(report["oos"]["recall"])])
+    if report.get("latency"):
+        s, b = report["latency"]["single"], report["latency"]["batch"]
+        rows.append(
+            ["latency p50/p95/p99 ms", " / ".join(_f(s[k], 2) for k in ("p50_ms", "p95_ms", "p99_ms"))]
+        )
+        rows.append(["batch msg/s", _f(b["messages_per_second"], 1)])
+    if report.get("verifier"):
+        v = report["verifier"]
+        rows.append(
+            [
+                f"verifier lift on {v['n_verified']} below tau",
+                f"{_f(v['classifier_accuracy'])} -> {_f(v['verifier_accuracy'])}",
+            ]
+        )
+    return rows
+
+
+def per_class_rows(report: dict) -> list[list[str]]:
+    return [
+        [label, _f(v["precision"]), _f(v["recall"]), _f(v["f1"]), str(v["support"])]
+        for label, v in report["classification"]["per_class"].items()
+    ]

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from eval.metrics import percentiles
+from eval.latency import percentiles
 from eval.predictors import classification_from_probs
 from router.intents import INTENTS
 from router.verifier import Verifier, VerifierError

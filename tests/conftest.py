@@ -92,3 +92,14 @@ def below_threshold(router, *candidates: str) -> str:
         if router.classifier.classify(text).confidence < router.threshold:
             return text
     raise AssertionError(f"the classifier is at or above {router.threshold} on all of {candidates or VAGUE}")
+
+
+TRAINING_FIXTURES = {"tiny_trained", "tiny_exported", "model_copy"}
+
+
+def pytest_collection_modifyitems(items):
+    """Anything that needs the session's trained or exported tiny model is slow, wherever it is defined
+    (the tests above carry the mark explicitly; this catches the rest)."""
+    for item in items:
+        if TRAINING_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

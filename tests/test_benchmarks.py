@@ -5,12 +5,12 @@ import json
 import numpy as np
 import pytest
 
+from eval.thresholds import choose_threshold
+from eval.thresholds import in_scope_at_threshold as at_tau
 from tests.conftest import FIXTURES
 from training.benchmarks import (
     BenchmarkDataError,
     Split,
-    at_tau,
-    choose_threshold,
     k_shot,
     read_banking77,
     read_benchmark,
@@ -71,7 +71,7 @@ def test_read_banking77_quoted_fields_span_lines():
 
 
 def test_read_banking77_errors(tmp_path):
-    with pytest.raises(BenchmarkDataError, match="train.csv"):
+    with pytest.raises(BenchmarkDataError, match=r"train.csv"):
         read_banking77(tmp_path)
     (tmp_path / "train.csv").write_text("sentence,intent\nhello,greet\n")
     (tmp_path / "test.csv").write_text("text,category\nhello,greet\n")
@@ -131,7 +131,7 @@ def test_run_benchmark_tiny_clinc(tmp_path):
     """Two seeds of 2-shot training for 4 contrastive steps on the fixture (about 20 s on 2 cores)."""
     from training.benchmarks import format_summary, run_benchmark
 
-    saved = []
+    out = tmp_path / "res.json"
     res = run_benchmark(
         "clinc150",
         CLINC,
@@ -140,10 +140,12 @@ def test_run_benchmark_tiny_clinc(tmp_path):
         max_steps=4,
         batch_size=8,
         report=lambda _: None,
-        on_seed=lambda r: saved.append(json.loads(json.dumps(r))),
+        out=out,
+        command="intent-router bench dataset ...",
     )
     assert res["complete"] and [r["seed"] for r in res["runs"]] == [0, 1]
-    assert len(saved) == 1 and not saved[0]["complete"]  # progress saved after the first seed
+    saved = json.loads(out.read_text())  # written by the library (after each seed, and at the end)
+    assert saved["complete"] and saved["command"].startswith("intent-router") and len(saved["runs"]) == 2
     assert res["hyperparameters"]["max_steps"] == 4 and res["data"]["rows"]["oos_test"] == 3
     for r in res["runs"]:
         assert r["train_rows"] == 6 and r["temperature"] > 0

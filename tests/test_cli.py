@@ -1,5 +1,6 @@
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from cli import app
@@ -21,6 +22,7 @@ def test_data_check_ok_and_failing_files():
     assert sum(e["message"].startswith("leak") for e in report["errors"]) == 4
 
 
+@pytest.mark.slow
 def test_route_json_and_stdin_batch(tiny_exported):
     model_dir, _ = tiny_exported
     one = runner.invoke(
@@ -39,6 +41,7 @@ def test_route_json_and_stdin_batch(tiny_exported):
     assert len(lines) == 3 and lines[2]["source"] == "guardrail"
 
 
+@pytest.mark.slow
 def test_route_errors_are_clear(tiny_exported, tmp_path):
     model_dir, _ = tiny_exported
     bad = runner.invoke(app, ["route", "hello", "--model", str(model_dir), "--threshold", "1.5"])
@@ -58,3 +61,56 @@ def test_train_rejects_bad_config(tmp_path):
         app, ["train", "--train-file", str(FIXTURES / "bad" / "train.jsonl"), "--out", str(tmp_path / "m")]
     )
     assert res.exit_code == 1 and "invalid JSON" in res.output
+
+
+SHIPPED_MODEL = ["--model", str(FIXTURES.parent.parent / "models" / "intent-minilm")]
+
+
+def _one_error_line(res, *needles):
+    assert res.exit_code != 0, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    text = res.output.strip()
+    assert "Traceback" not in text and len(text.splitlines()) == 1, text
+    for n in needles:
+        assert n in text, text
+
+
+@pytest.mark.parametrize(
+    ("content", "needles"),
+    [
+        (b'{"text": "find the deck"}\n{"text": 123}\n', [":2:", "'text' must be a string, got int"]),
+        (b'{"text": "find the deck"}\n{"text": null}\n', [":2:", "missing 'text'"]),
+        (b'{"text": "find the deck"}\n{"message": "hi"}\n', [":2:", "missing 'text'"]),
+        (b'{"text": "ok"}\n{"text": "caf\xe9"}\n', [":2:", "not valid UTF-8"]),
+        (b'{"text": "ok"}\nnot json\n', [":2:", "invalid JSON"]),
+    ],
+)
+def test_route_file_errors_are_one_line(tmp_path, content, needles):
+    f = tmp_path / "msgs.jsonl"
+    f.write_bytes(content)
+    _one_error_line(runner.invoke(app, ["route", "--file", str(f), *SHIPPED_MODEL]), str(f), *needles)
+    # the same rows on stdin are JSONL too: a row without "text" is an error, not a message
+    if b"\xe9" not in content and b"not json" not in content:
+        res = runner.invoke(app, ["route", "--file", "-", *SHIPPED_MODEL], input=content.decode())
+        _one_error_line(res, "<stdin>")
+
+
+def test_route_missing_file_and_plain_lines(tmp_path):
+    _one_error_line(
+        runner.invoke(app, ["route", "--file", str(tmp_path / "nope.txt"), *SHIPPED_MODEL]), "file not found"
+    )
+    f = tmp_path / "msgs.txt"
+    f.write_text("find the vpn guide\n\n{not a json row, but a message\n", encoding="utf-8")
+    res = runner.invoke(app, ["route", "--file", str(f), *SHIPPED_MODEL])
+    assert res.exit_code == 0, res.output
+    assert len(res.output.strip().splitlines()) == 2
+
+
+def test_unexpected_errors_are_one_line_unless_debug(tmp_path):
+    bad = tmp_path / "model"
+    bad.mkdir()
+    (bad / "manifest.json").write_text("{not json")
+    res = runner.invoke(app, ["route", "hello", "--model", str(bad)])
+    _one_error_line(res)
+    res = runner.invoke(app, ["--debug", "route", "hello", "--model", str(bad)])
+    assert res.exit_code != 0 and res.exception is not None and not isinstance(res.exception, SystemExit)

@@ -9,17 +9,12 @@ import numpy as np
 import pytest
 
 from eval.data import DataError, load_labeled, load_unlabeled
+from eval.evaluator import run_evaluation
 from eval.gate import DEFAULT_POLICY, GateError, gate_passed, make_baseline, run_gate, write_baseline
-from eval.metrics import (
-    at_threshold,
-    calibration_metrics,
-    classification_metrics,
-    misclassified,
-    oos_recall,
-    percentiles,
-    threshold_sweep,
-)
-from eval.report import load_report, load_schema, run_evaluation, write_report
+from eval.latency import percentiles
+from eval.metrics import calibration_metrics, classification_metrics, misclassified
+from eval.report import load_report, load_schema, write_report
+from eval.thresholds import at_threshold, oos_recall, threshold_sweep
 from router.verifier import VerifierError, VerifierResult
 from tests.conftest import TINY
 
@@ -300,17 +295,20 @@ def test_load_labeled_reports_bad_rows(tmp_path, kind):
             '{"text": "ok", "label": "SEARCH"}\n{"text": "hm", "label": "WEATHER"}\n'
             '{"text": "  ", "label": "ACTION"}\n{"text": "x", "label": ""}\n',
         )
-        at = ["line 2", "line 3", "line 4"]
+        at = [f"{f}:2", "line 3", "line 4"]
     else:
         f = _write(tmp_path / "bad.csv", "text,label\nok,SEARCH\nhm,WEATHER\n,ACTION\nx,\n")
-        at = ["row 2", "row 3", "row 4"]
+        at = [f"{f}: row 2", "row 3", "row 4"]
     with pytest.raises(DataError) as e:
         load_labeled(f)
     msg = str(e.value)
     assert str(f) in msg and "3 invalid row(s)" in msg
-    assert f"{at[0]}: unknown label 'WEATHER'" in msg
-    assert f"{at[1]}: empty 'text'" in msg
-    assert f"{at[2]}: empty 'label'" in msg
+    assert f"{at[0]}: unknown label 'WEATHER'" in msg and "\n" not in msg
+    assert f"more invalid row(s): {at[1]}, {at[2]}" in msg
+    assert e.value.problems[1:] == [
+        f"{str(f) + ':3' if kind == 'jsonl' else str(f) + ': row 3'}: empty 'text'",
+        f"{str(f) + ':4' if kind == 'jsonl' else str(f) + ': row 4'}: empty 'label'",
+    ]
     d = load_labeled(f, skip_invalid=True)
     assert d.texts == ["ok"] and [s["row"] for s in d.skipped] == [2, 3, 4]
 
@@ -326,7 +324,7 @@ def test_load_labeled_missing_column(tmp_path, kind):
         DataError, match=r"no column 'text' \(columns: message, label\); name it with --text-column"
     ):
         load_labeled(f)
-    with pytest.raises(DataError, match="no column 'intent'.*--label-column"):
+    with pytest.raises(DataError, match=r"no column 'intent'.*--label-column"):
         load_labeled(f, text_column="message", label_column="intent")
 
 
@@ -335,7 +333,7 @@ def test_load_errors_for_files(tmp_path):
         load_labeled(tmp_path / "missing.jsonl")
     with pytest.raises(DataError, match="unknown file type"):
         load_labeled(_write(tmp_path / "t.txt", "hello\n"))
-    with pytest.raises(DataError, match="cannot read as JSONL"):
+    with pytest.raises(DataError, match=r"broken.jsonl:2: invalid JSON"):
         load_labeled(_write(tmp_path / "broken.jsonl", '{"text": "a", "label": "SEARCH"}\nnot json\n'))
     with pytest.raises(DataError, match="must be a string, got int"):
         load_labeled(
@@ -349,7 +347,7 @@ def test_load_unlabeled(tmp_path):
     f = _write(tmp_path / "oos.jsonl", '{"text": "hi"}\n{"text": " "}\n{"text": "thanks", "label": null}\n')
     d = load_unlabeled(f)
     assert d.texts == ["hi", " ", "thanks"] and d.lines == [1, 2, 3]
-    with pytest.raises(DataError, match="line 2: empty 'text'"):
+    with pytest.raises(DataError, match=r"oos2.jsonl:2: empty 'text'"):
         load_unlabeled(_write(tmp_path / "oos2.jsonl", '{"text": "hi"}\n{"text": ""}\n'))
 
 
@@ -436,8 +434,9 @@ def onnx_report(tiny_exported):
     return run_evaluation(model_dir, TINY / "test.jsonl", oos=TINY / "oos.jsonl", max_latency_samples=20)
 
 
+@pytest.mark.slow
 def test_end_to_end_onnx_report(onnx_report, tiny_exported, tmp_path):
-    model_dir, manifest = tiny_exported
+    _model_dir, manifest = tiny_exported
     r = onnx_report
     _validate(r, load_schema())
     assert r["model"]["backend"] == "onnx" and r["model"]["variant"] == "int8"
@@ -483,9 +482,12 @@ def test_end_to_end_onnx_report(onnx_report, tiny_exported, tmp_path):
     assert "**0.75**" in md and "(confusion_matrix.png)" in md
 
 
+@pytest.mark.slow
 def test_torch_backend_matches_onnx(onnx_report, tiny_exported):
     model_dir, manifest = tiny_exported
-    r = run_evaluation(model_dir, TINY / "test.jsonl", backend="torch", max_latency_samples=2)
+    from training.pipeline import evaluate_model
+
+    r = evaluate_model(model_dir, TINY / "test.jsonl", backend="torch", max_latency_samples=2)
     _validate(r, load_schema())
     assert r["model"]["backend"] == "torch" and r["model"]["variant"] is None
     assert r["model"]["model_id"] == f"{manifest.model_id}/torch"
@@ -495,13 +497,14 @@ def test_torch_backend_matches_onnx(onnx_report, tiny_exported):
     assert r["oos"] is None
 
 
+@pytest.mark.slow
 def test_backend_detection(tiny_exported, tmp_path):
     import shutil
 
-    from eval.predictors import load_predictor
     from router.manifest import ModelError
+    from training.model import load_predictor
 
-    model_dir, manifest = tiny_exported
+    model_dir, _manifest = tiny_exported
     assert load_predictor(model_dir).backend == "onnx"
     assert load_predictor(model_dir, variant="fp32").model_id.endswith("/fp32")
     with pytest.raises(ValueError, match="unknown backend"):
@@ -514,8 +517,9 @@ def test_backend_detection(tiny_exported, tmp_path):
         load_predictor(tmp_path)
 
 
+@pytest.mark.slow
 def test_bare_checkpoint_uses_its_models_temperature(tiny_exported):
-    from eval.predictors import load_predictor
+    from training.model import load_predictor
 
     model_dir, manifest = tiny_exported
     p = load_predictor(model_dir / "checkpoint")
@@ -529,7 +533,7 @@ class _StubPredictor:
     """Fixed probabilities per text: the first four test messages fall below tau, two of them misclassified."""
 
     backend, variant, manifest, model_id = "onnx", None, None, "stub@0/none"
-    labels = ["ACTION", "MEMORY", "PLANNING", "REASONING", "SEARCH"]
+    labels = ("ACTION", "MEMORY", "PLANNING", "REASONING", "SEARCH")
 
     def __init__(self, rows):
         self.table = {}
@@ -545,11 +549,6 @@ class _StubPredictor:
 
     def predict_proba(self, texts):
         return np.array([self.table[t] for t in texts])
-
-    def classify(self, text):
-        from eval.predictors import classification_from_probs
-
-        return classification_from_probs(self.labels, self.table[text])
 
 
 def test_evaluation_with_a_verifier():
@@ -601,26 +600,18 @@ def test_hub_name_offline_is_a_clear_error():
 
     if os.environ.get("HF_HUB_OFFLINE") != "1":
         pytest.skip("only checked offline (the default in tests)")
-    with pytest.raises(DataError, match="not a local file.*Hub dataset.*HF_HUB_OFFLINE=0"):
+    with pytest.raises(DataError, match=r"not a local file.*Hub dataset.*HF_HUB_OFFLINE=0"):
         load_labeled("someone/some-intent-dataset")
 
 
-def test_cli_evaluate_as_build_calls_it(tiny_exported, tmp_path):
-    """build() calls evaluate() as a plain function with these keywords only."""
-    from cli import evaluate
+@pytest.mark.slow
+def test_evaluate_model_writes_the_report(tiny_exported, tmp_path):
+    """The library function behind 'intent-router eval' (and build's last stage) writes the report."""
+    from training.pipeline import evaluate_model
 
     model_dir, _ = tiny_exported
     out = tmp_path / "build-report"
-    report = evaluate(
-        model=model_dir,
-        data=TINY / "test.jsonl",
-        oos=TINY / "oos.jsonl",
-        out=out,
-        threshold=None,
-        variant=None,
-        text_column="text",
-        label_column="label",
-    )
+    report = evaluate_model(model_dir, TINY / "test.jsonl", oos=TINY / "oos.jsonl", out=out)
     assert (out / "eval.json").is_file() and (out / "thresholds.png").is_file()
     assert report["model"]["backend"] == "onnx" and report["oos"]["n"] == 7
     write_baseline(report, tmp_path / "baseline.json")
@@ -634,6 +625,7 @@ def test_cli_evaluate_as_build_calls_it(tiny_exported, tmp_path):
     assert r.exit_code == 0, r.output
 
 
+@pytest.mark.slow
 def test_cli_eval_reports_data_errors(tiny_exported, tmp_path):
     from typer.testing import CliRunner
 

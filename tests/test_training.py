@@ -8,8 +8,9 @@ from router.manifest import ModelError, load_manifest
 from tests.conftest import TINY, tiny_config
 
 
+@pytest.mark.slow
 def test_training_writes_checkpoint_and_manifest(tiny_trained):
-    out, manifest = tiny_trained
+    out, _manifest = tiny_trained
     assert (out / "checkpoint" / "model_head.pkl").is_file()
     on_disk = load_manifest(out)
     assert on_disk.labels == ["ACTION", "MEMORY", "PLANNING", "REASONING", "SEARCH"]
@@ -30,10 +31,11 @@ def test_training_writes_checkpoint_and_manifest(tiny_trained):
     assert set(on_disk.metrics["test"]["per_class"]) == set(on_disk.labels)
 
 
+@pytest.mark.slow
 def test_export_parity_and_manifest(tiny_exported):
     out, manifest = tiny_exported
     assert set(manifest.export.variants) == {"fp32", "int8"}
-    for name, v in manifest.export.variants.items():
+    for v in manifest.export.variants.values():
         assert (out / v.file.path).is_file()
         assert v.parity is not None and v.parity.passed and v.parity.n == 10
     assert manifest.export.variants["fp32"].parity.top1_agreement == 1.0
@@ -43,26 +45,29 @@ def test_export_parity_and_manifest(tiny_exported):
     assert json.loads((out / "manifest.json").read_text())["export"]["default_variant"] == "int8"
 
 
+@pytest.mark.slow
 def test_onnx_probabilities_match_pytorch(tiny_exported):
-    from training.train import calibrated_probs, load_setfit
+    from training.model import IntentModel
 
     out, manifest = tiny_exported
-    model = load_setfit(out / "checkpoint")
+    model = IntentModel.load(out / "checkpoint", manifest=manifest)
     texts = [
         "where is the security policy",
         "restart the api gateway",
         "what did we say before",
         "a much longer message " * 40,
     ]
-    expected = calibrated_probs(model, texts, manifest.calibration.temperature)
+    expected = model.predict_proba(texts)
     got = Classifier(out, variant="fp32").predict_proba(texts)
     np.testing.assert_allclose(got, expected, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_label_order_comes_from_the_head_not_the_data(tmp_path):
     """Rows whose first-seen label order differs from the sorted order the head uses."""
     from training.export import export_model
-    from training.train import calibrated_probs, head_labels, load_setfit, train
+    from training.model import IntentModel
+    from training.train import train
 
     rows = [json.loads(l) for l in (TINY / "train.jsonl").read_text().splitlines()]
     rows.sort(key=lambda r: ["SEARCH", "REASONING", "PLANNING", "MEMORY", "ACTION"].index(r["label"]))
@@ -88,18 +93,19 @@ def test_label_order_comes_from_the_head_not_the_data(tmp_path):
     )
     out = tmp_path / "m"
     manifest = train(cfg, out, report=lambda _: None, show_progress=False)
-    model = load_setfit(out / "checkpoint")
-    assert head_labels(model) == ["ACTION", "SEARCH"] == manifest.labels
+    model = IntentModel.load(out / "checkpoint", manifest=manifest)
+    assert model.labels == ["ACTION", "SEARCH"] == manifest.labels
     export_model(out, parity_file=tmp_path / "test.jsonl", variants=("fp32",), report=lambda _: None)
     clf = Classifier(out, variant="fp32")
     texts = ["restart the staging cluster now", "find the travel expense policy"]
     probs = clf.predict_proba(texts)
-    torch_probs = calibrated_probs(model, texts, manifest.calibration.temperature)
+    torch_probs = model.predict_proba(texts)
     np.testing.assert_allclose(probs, torch_probs, atol=1e-4)
     # the label the runtime reports is the one SetFit's own predict gives
-    assert [c.label for c in clf.classify_batch(texts)] == [str(p) for p in model.predict(texts)]
+    assert [c.label for c in clf.classify_batch(texts)] == [str(p) for p in model.setfit.predict(texts)]
 
 
+@pytest.mark.slow
 def test_training_is_deterministic_for_a_seed(tiny_trained, tmp_path):
     from training.train import train
 
@@ -109,6 +115,7 @@ def test_training_is_deterministic_for_a_seed(tiny_trained, tmp_path):
     assert again.metrics["dev"]["nll"] == pytest.approx(first.metrics["dev"]["nll"], rel=1e-6)
 
 
+@pytest.mark.slow
 def test_missing_or_altered_files_are_refused(model_copy):
     Classifier(model_copy)  # intact copy loads
     graph = model_copy / "model.int8.onnx"
@@ -121,10 +128,11 @@ def test_missing_or_altered_files_are_refused(model_copy):
     with pytest.raises(ModelError, match="missing"):
         Classifier(model_copy, variant="fp32")
     (model_copy / "manifest.json").unlink()
-    with pytest.raises(ModelError, match="no manifest.json"):
+    with pytest.raises(ModelError, match=r"no manifest.json"):
         Classifier(model_copy)
 
 
+@pytest.mark.slow
 def test_export_refuses_failed_parity_variant(model_copy):
     m = load_manifest(model_copy)
     m.export.variants["int8"].parity.passed = False

@@ -18,7 +18,6 @@ message is caught when it is not accepted.
 
 from __future__ import annotations
 
-import csv
 import gc
 import json
 import os
@@ -104,27 +103,20 @@ def read_clinc150(path: str | Path) -> dict[str, Split]:
 
 
 def _read_banking_csv(f: Path) -> Split:
+    """One BANKING77 CSV through the project's data loader (quoted fields may span lines)."""
+    from eval.data import DataError, load_labeled
+
     if not f.is_file():
         raise BenchmarkDataError(f"{f}: BANKING77 file not found")
-    texts, labels = [], []
-    with f.open(newline="", encoding="utf-8") as fh:  # newline="": quoted fields may hold line breaks
-        reader = csv.DictReader(fh)
-        fields = [c.strip() for c in (reader.fieldnames or [])]
-        label_col = "category" if "category" in fields else "label" if "label" in fields else None
-        if "text" not in fields or label_col is None:
-            raise BenchmarkDataError(f"{f}: header must have 'text' and 'category' columns, found {fields}")
-        reader.fieldnames = fields
-        for row in reader:
-            text, label = (row.get("text") or "").strip(), (row.get(label_col) or "").strip()
-            if not text or not label:
-                raise BenchmarkDataError(
-                    f"{f}: record ending on line {reader.line_num} has an empty text or {label_col}"
-                )
-            texts.append(text)
-            labels.append(label)
-    if not texts:
-        raise BenchmarkDataError(f"{f}: no rows")
-    return Split(texts, labels)
+    header = f.open(encoding="utf-8", errors="replace").readline().strip().split(",")
+    label_col = "category" if "category" in header else "label" if "label" in header else None
+    if "text" not in header or label_col is None:
+        raise BenchmarkDataError(f"{f}: header must have 'text' and 'category' columns, found {header}")
+    try:
+        data = load_labeled(f, labels=None, text_column="text", label_column=label_col)
+    except DataError as e:
+        raise BenchmarkDataError(str(e)) from e
+    return Split([t.strip() for t in data.texts], [l.strip() for l in data.labels])
 
 
 def read_banking77(path: str | Path) -> dict[str, Split]:
@@ -166,64 +158,6 @@ def k_shot(split: Split, k: int, seed: int) -> Split:
     return Split([split.texts[i] for i in chosen], [split.labels[i] for i in chosen])
 
 
-# ------------------------------------------------------------------------------ out-of-scope
-THRESHOLD_CRITERIA = {
-    "balanced": "max (in-scope accuracy + out-of-scope recall) / 2 on val",
-    "pooled": "max accuracy over val in-scope + oos_val pooled (out-of-scope right when below tau)",
-}
-
-
-def choose_threshold(
-    conf_in: np.ndarray, correct_in: np.ndarray, conf_oos: np.ndarray, criterion: str = "balanced"
-) -> dict:
-    """The tau that maximises ``criterion`` on a validation set.
-
-    In-scope accuracy counts a message right only if it is accepted (confidence >= tau) and its
-    arg-max is right; out-of-scope recall is the share of out-of-scope messages below tau.
-    ``balanced`` weighs the two equally; ``pooled`` is plain accuracy over all validation messages, so
-    it weighs them by their counts (CLINC150 val: 3,000 in-scope, 100 out-of-scope). Candidates are 0
-    and the midpoints between consecutive distinct confidences; ties go to the lowest tau."""
-    if criterion not in THRESHOLD_CRITERIA:
-        raise ValueError(f"criterion must be one of {sorted(THRESHOLD_CRITERIA)}")
-    conf_in, correct_in, conf_oos = (
-        np.asarray(conf_in, dtype=np.float64),
-        np.asarray(correct_in, dtype=bool),
-        np.asarray(conf_oos, dtype=np.float64),
-    )
-    if not len(conf_in) or not len(conf_oos):
-        raise ValueError("need in-scope and out-of-scope validation rows to choose a threshold")
-    u = np.unique(np.concatenate([conf_in, conf_oos]))
-    taus = np.concatenate([[0.0], (u[:-1] + u[1:]) / 2, [u[-1] + 1e-9]])
-    right = np.sort(conf_in[correct_in])
-    in_acc = (len(right) - np.searchsorted(right, taus, side="left")) / len(conf_in)
-    oos_rec = np.searchsorted(np.sort(conf_oos), taus, side="left") / len(conf_oos)
-    if criterion == "balanced":
-        score = (in_acc + oos_rec) / 2
-    else:
-        score = (in_acc * len(conf_in) + oos_rec * len(conf_oos)) / (len(conf_in) + len(conf_oos))
-    best = int(np.argmax(score))
-    return {
-        "tau": float(taus[best]),
-        "criterion": THRESHOLD_CRITERIA[criterion],
-        "val_in_scope_accuracy": float(in_acc[best]),
-        "val_oos_recall": float(oos_rec[best]),
-        "val_score": float(score[best]),
-    }
-
-
-def at_tau(conf_in: np.ndarray, correct_in: np.ndarray, conf_oos: np.ndarray, tau: float) -> dict:
-    conf_in, correct_in, conf_oos = (
-        np.asarray(conf_in),
-        np.asarray(correct_in, dtype=bool),
-        np.asarray(conf_oos),
-    )
-    return {
-        "in_scope_accuracy": float((correct_in & (conf_in >= tau)).mean()),
-        "in_scope_accepted_share": float((conf_in >= tau).mean()),
-        "oos_recall": float((conf_oos < tau).mean()),
-    }
-
-
 # ------------------------------------------------------------------------------------ runner
 def _spread(values: Sequence[float]) -> dict:
     v = np.asarray(values, dtype=np.float64)
@@ -236,14 +170,6 @@ def _spread(values: Sequence[float]) -> dict:
     }
 
 
-def _ids(labels: Sequence[str], order: list[str]) -> np.ndarray:
-    index = {l: i for i, l in enumerate(order)}
-    unseen = sorted(set(labels) - set(index))
-    if unseen:
-        raise BenchmarkDataError(f"evaluation labels the training sample lacks: {unseen[:5]}")
-    return np.array([index[l] for l in labels], dtype=int)
-
-
 def _seed_run(
     name: str,
     splits: dict[str, Split],
@@ -253,54 +179,49 @@ def _seed_run(
     report: Reporter,
     show_progress: bool,
 ) -> dict:
-    from eval.calibration import softmax, summary
-    from eval.metrics import classification_metrics
-    from training.calibrate import fit_temperature
-    from training.train import encode, fit_setfit, head_labels, head_logits
+    from eval.evaluator import split_metrics
+    from eval.thresholds import choose_threshold, in_scope_at_threshold
+    from training.model import IntentModel
 
     t_start = time.perf_counter()
     train = k_shot(splits["train"], shots, seed) if shots else splits["train"]
     report(f"[{name} seed {seed}] training on {len(train)} rows ({len(train.classes)} classes)")
-    model, seconds = fit_setfit(train.texts, train.labels, config, report, show_progress)
-    labels = head_labels(model)
+    model = IntentModel(config).fit(train.texts, train.labels, report, show_progress)
+    seconds = dict(model.fit_seconds)
     t0 = time.perf_counter()
 
-    def logits(texts: Sequence[str]) -> np.ndarray:
-        return head_logits(model, encode(model, texts))
+    def ids(labels: Sequence[str]) -> np.ndarray:
+        try:
+            return model.label_ids(labels)
+        except ValueError as e:
+            raise BenchmarkDataError(f"evaluation {e}") from e
 
     run: dict = {"seed": seed, "train_rows": len(train)}
-    temperature = 1.0
     val = splits.get("val")
     if val is not None:
-        val_logits, y_val = logits(val.texts), _ids(val.labels, labels)
-        temperature = fit_temperature(val_logits, y_val)
-        run["temperature"] = temperature
-        run["val"] = {"accuracy": summary(softmax(val_logits, temperature), y_val)["accuracy"]}
+        y_val = ids(val.labels)
+        run["temperature"] = model.calibrate(val.texts, val.labels)
+        val_probs = model.predict_proba(val.texts)
+        run["val"] = {"accuracy": float((val_probs.argmax(axis=1) == y_val).mean())}
     else:
         run["temperature"] = None  # no val split: probabilities stay uncalibrated (T = 1)
 
     test = splits["test"]
-    test_logits, y_test = logits(test.texts), _ids(test.labels, labels)
-    probs = softmax(test_logits, temperature)
-    cls = classification_metrics(y_test, probs.argmax(axis=1), labels)
-    cal = summary(probs, y_test)
-    run["test"] = {
-        "n": len(test),
-        "accuracy": cls["accuracy"],
-        "macro_f1": cls["macro_f1"],
-        "ece": cal["ece"],
-        "nll": cal["nll"],
-    }
+    y_test = ids(test.labels)
+    probs = model.predict_proba(test.texts)
+    m = split_metrics(probs, y_test, model.labels)
+    run["test"] = {k: m[k] for k in ("n", "accuracy", "macro_f1", "ece", "nll")}
 
     if "oos_val" in splits and val is not None:
-        val_probs = softmax(val_logits, temperature)
-        oos_val_conf = softmax(logits(splits["oos_val"].texts), temperature).max(axis=1)
-        oos_test_conf = softmax(logits(splits["oos_test"].texts), temperature).max(axis=1)
+        oos_val_conf = model.predict_proba(splits["oos_val"].texts).max(axis=1)
+        oos_test_conf = model.predict_proba(splits["oos_test"].texts).max(axis=1)
         for key, criterion in (("oos", "balanced"), ("oos_pooled", "pooled")):  # "oos" is the headline result
             chosen = choose_threshold(
                 val_probs.max(axis=1), val_probs.argmax(axis=1) == y_val, oos_val_conf, criterion
             )
-            res = at_tau(probs.max(axis=1), probs.argmax(axis=1) == y_test, oos_test_conf, chosen["tau"])
+            res = in_scope_at_threshold(
+                probs.max(axis=1), probs.argmax(axis=1) == y_test, oos_test_conf, chosen["tau"]
+            )
             run[key] = {
                 **chosen,
                 "n_val": len(splits["oos_val"]),
@@ -317,7 +238,7 @@ def _seed_run(
         o = run["oos"]
         line += f"; tau {o['tau']:.3f}: in-scope {o['test_in_scope_accuracy']:.4f}, oos recall {o['test_oos_recall']:.4f}"
     report(line + f" ({seconds['total']:.0f}s)")
-    del model
+    model.setfit = None  # free the torch weights before the next seed
     gc.collect()
     return run
 
@@ -360,18 +281,22 @@ def run_benchmark(
     base_model: str | None = None,
     report: Reporter = print,
     show_progress: bool = False,
-    on_seed: Callable[[dict], None] | None = None,
+    out: str | Path | None = None,
+    command: str | None = None,
     **train_options,
 ) -> dict:
     """Train and evaluate one SetFit model per seed on a public benchmark; return the results dict.
 
-    ``shots`` None or 0 trains on the full train split. ``seeds`` is a count (seeds 0..n-1) or the seeds
-    themselves; each seed draws the k-shot sample and seeds training. ``max_steps``, ``batch_size``,
-    ``base_model`` and ``train_options`` (any other ``TrainConfig`` field, e.g. ``head_c``) override the
-    ``TrainConfig`` defaults. ``on_seed`` gets the partial result after every seed (to save progress)."""
+        ``shots`` None or 0 trains on the full train split. ``seeds`` is a count (seeds 0..n-1) or the seeds
+        themselves; each seed draws the k-shot sample and seeds training. ``max_steps``, ``batch_size``,
+        ``base_model`` and ``train_options`` (any other ``TrainConfig`` field, e.g. ``head_c``) override the
+        ``TrainConfig`` defaults. With ``out`` the results JSON is written there after every seed (so a long
+    run keeps its progress) and at the end, with ``command`` (the command line) recorded."""
     from router.manifest import package_versions
     from training.config import TrainConfig
-    from training.train import VERSIONED_PACKAGES, quiet_libraries
+    from training.model import quiet_libraries
+    from training.pipeline import write_json
+    from training.train import VERSIONED_PACKAGES
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if name not in BENCHMARKS:
@@ -426,18 +351,21 @@ def run_benchmark(
         result["runs"].append(_seed_run(name, splits, shots, seed, cfg, report, show_progress))
         result["summary"] = summarize(result["runs"])
         result["seconds_total"] = round(time.perf_counter() - t0, 2)
-        if on_seed is not None and seed != seed_list[-1]:
-            on_seed(result)
+        if out is not None and seed != seed_list[-1]:
+            write_json({"command": command, **result}, out)
     result["complete"] = True
+    if out is not None:
+        write_json({"command": command, **result}, out)
     return result
 
 
 def format_summary(result: dict) -> list[tuple[str, str]]:
     """(metric, 'mean ± std (min-max)') rows in percent, for printing and docs."""
     s = result["summary"]
-    pct = lambda d: (
-        f"{100 * d['mean']:.2f} ± {100 * d['std']:.2f} ({100 * d['min']:.2f}-{100 * d['max']:.2f})"
-    )  # noqa: E731
+
+    def pct(d: dict) -> str:
+        return f"{100 * d['mean']:.2f} ± {100 * d['std']:.2f} ({100 * d['min']:.2f}-{100 * d['max']:.2f})"
+
     rows = [("accuracy %", pct(s["accuracy"])), ("macro-F1 %", pct(s["macro_f1"]))]
     if "oos_recall" in s:
         rows += [

@@ -126,6 +126,24 @@ class CheckReport:
             }
         return out
 
+    def tables(self) -> list[tuple[str, list[str], list[list]]]:
+        """(title, header, rows) of the class balance and the length statistics, for printing."""
+        balance = self.class_balance()
+        labels = sorted({l for c in balance.values() for l in c})
+        out = [
+            (
+                "Class balance",
+                ["split", *labels, "total"],
+                [[s, *[c.get(l, 0) for l in labels], sum(c.values())] for s, c in balance.items()],
+            )
+        ]
+        stats = self.length_stats()
+        cols = ["rows", "min_words", "median_words", "mean_words", "p90_words", "max_words"]
+        cols += ["share_le_4_words", "share_ge_25_words"]
+        header = ["split", *[c.replace("_words", "").replace("share_", "") for c in cols]]
+        out.append(("Length (words)", header, [[s, *[v[c] for c in cols]] for s, v in stats.items()]))
+        return out
+
     def to_dict(self) -> dict:
         return {
             "files": self.files,
@@ -238,7 +256,7 @@ def _find_duplicates(report: CheckReport) -> None:
                 seen[key].append(ex)
             else:
                 seen["\x00" + ex.text.strip()].append(ex)
-    for key, group in seen.items():
+    for group in seen.values():
         if len(group) < 2:
             continue
         first = group[0]

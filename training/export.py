@@ -15,8 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from router.manifest import Export, Manifest, ModelError, Parity, Variant, file_entry, load_manifest
-from training.corpus import load_examples
-from training.train import CHECKPOINT_DIR, calibrated_probs, head_labels, load_setfit
+from training.model import IntentModel, checkpoint_of
 
 OPSET = 17
 TOKENIZER_FILE = "tokenizer.json"
@@ -122,21 +121,18 @@ def export_model(
         raise ModelError(
             f"{model_dir}: the manifest has no calibration; train with 'intent-router train' first"
         )
-    ckpt = model_dir / manifest.training.get("checkpoint", CHECKPOINT_DIR)
+    ckpt = checkpoint_of(model_dir, manifest)
     if not ckpt.is_dir():
         raise ModelError(f"{ckpt} not found: export needs the SetFit checkpoint written by training")
     unknown = set(variants) - set(VARIANT_FILES)
     if unknown:
         raise ValueError(f"unknown variants {sorted(unknown)}; choose from {sorted(VARIANT_FILES)}")
 
-    model = load_setfit(ckpt)
-    labels = head_labels(model)
-    if labels != manifest.labels:
-        raise ModelError(f"checkpoint head order {labels} differs from the manifest's {manifest.labels}")
+    model = IntentModel.load(ckpt, manifest=manifest)  # refuses a head order unlike the manifest's
     temperature = manifest.calibration.temperature
-    graph, normalize = _graph_module(model, temperature)
+    graph, normalize = _graph_module(model.setfit, temperature)
 
-    tokenizer = model.model_body.tokenizer
+    tokenizer = model.setfit.model_body.tokenizer
     tokenizer.backend_tokenizer.save(str(model_dir / TOKENIZER_FILE))
     sample = tokenizer(["an example message", "two"], padding=True, return_tensors="pt")
     fp32_path = model_dir / VARIANT_FILES["fp32"]
@@ -166,7 +162,9 @@ def export_model(
         source = parity_file or manifest.training.get("parity_file")
         if source is None:
             raise ValueError("parity needs held-out texts: pass parity_texts or parity_file (the test split)")
-        parity_texts = [e.text for e in load_examples(source)]
+        from eval.data import load_unlabeled
+
+        parity_texts = load_unlabeled(source).texts
     recipe = None
     if "int8" in variants:
         t0 = time.perf_counter()
@@ -189,7 +187,7 @@ def export_model(
     )
     manifest.save(model_dir)
 
-    failures = check_parity(model, model_dir, manifest, parity_texts, temperature, report)
+    failures = check_parity(model, model_dir, manifest, parity_texts, report)
     manifest.save(model_dir)
     if not keep_fp32 and "fp32" in variants:
         fp32_path.unlink()
@@ -201,11 +199,10 @@ def export_model(
 
 
 def check_parity(
-    model,
+    model: IntentModel,
     model_dir: Path,
     manifest: Manifest,
     texts: Sequence[str],
-    temperature: float,
     report: Callable[[str], None] = print,
 ) -> list[str]:
     """Compare each exported variant with the PyTorch model; record the result in the manifest."""
@@ -214,7 +211,7 @@ def check_parity(
     texts = list(texts)
     if not texts:
         raise ValueError("parity needs at least one text")
-    torch_probs = calibrated_probs(model, texts, temperature)
+    torch_probs = model.predict_proba(texts)
     failures = []
     for name, variant in manifest.export.variants.items():
         clf = Classifier(model_dir, variant=name, manifest=manifest, require_parity=False, max_batch=1)

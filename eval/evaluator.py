@@ -1,0 +1,244 @@
+"""The one evaluator: classification metrics, calibration, threshold sweep, out-of-scope recall and
+latency of any Predictor (an object with ``labels`` and ``predict_proba``).
+
+``split_metrics`` scores probabilities already computed (training's manifest metrics);
+``evaluate`` scores a predictor on loaded data (the metric sections of a report, and the benchmarks);
+``run_evaluation`` loads the data files and adds the model, data and environment sections, giving the
+report that eval.report writes (schema eval/schema/eval_report.schema.json).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from eval.calibration import summary
+from eval.data import LabeledData, UnlabeledData, load_labeled, load_unlabeled
+from eval.latency import DEFAULT_SAMPLES, measure_latency
+from eval.metrics import DEFAULT_BINS, calibration_metrics, classification_metrics, misclassified
+from eval.predictors import Predictor, load_onnx_predictor
+from eval.thresholds import DEFAULT_TAUS, at_threshold, oos_recall, threshold_sweep
+from router.config import RouterConfig, validate_threshold
+from router.guardrail import low_signal_reason
+from router.manifest import package_versions
+
+SCHEMA_VERSION = 1
+REPORT_KIND = "intent-router-eval"
+PREDICT_BATCH = 64
+MAX_OOS_ACCEPTED = 50
+VERSIONED_PACKAGES = (
+    "onnxruntime",
+    "tokenizers",
+    "numpy",
+    "scikit-learn",
+    "torch",
+    "setfit",
+    "sentence-transformers",
+    "datasets",
+)
+
+
+def split_metrics(probs: np.ndarray, y: np.ndarray, labels: Sequence[str]) -> dict:
+    """Calibration summary (n, accuracy, ECE, NLL, Brier) plus macro-F1 and per-class metrics: a
+    manifest's metrics for one split."""
+    out = summary(probs, y)
+    cls = classification_metrics(y, probs.argmax(axis=1), labels)
+    out.update(macro_f1=cls["macro_f1"], per_class=cls["per_class"])
+    return out
+
+
+@dataclass
+class Evaluation:
+    """Metric sections of a report, and the probabilities they were computed from."""
+
+    sections: dict
+    probs: np.ndarray
+    y: np.ndarray
+    oos_probs: np.ndarray | None = None
+
+
+def evaluate(
+    predictor: Predictor,
+    data: LabeledData,
+    *,
+    oos: UnlabeledData | None = None,
+    tau: float,
+    n_bins: int = DEFAULT_BINS,
+    taus: Sequence[float] = DEFAULT_TAUS,
+    max_latency_samples: int = DEFAULT_SAMPLES,
+) -> Evaluation:
+    """Score ``predictor`` on ``data`` (and out-of-scope ``oos``) at threshold ``tau``."""
+    labels = list(predictor.labels)
+    index = {l: i for i, l in enumerate(labels)}
+    y = np.array([index[l] for l in data.labels], dtype=int)
+    probs = predict_in_batches(predictor, data.texts)
+    oos_section, oos_probs = None, None
+    if oos is not None:
+        oos_probs = predict_in_batches(predictor, oos.texts)
+        low = [low_signal_reason(t) is not None for t in oos.texts]
+        oos_section = {
+            **source_section(oos),
+            **oos_recall(oos_probs, tau, low_signal=low),
+            "accepted_examples": _oos_accepted(oos, oos_probs, labels, tau, low),
+        }
+    sections = {
+        "classification": classification_metrics(y, probs.argmax(axis=1), labels),
+        "calibration": calibration_metrics(probs, y, n_bins),
+        "thresholds": {
+            "tau": round(tau, 4),
+            "at_tau": at_threshold(probs, y, tau),
+            "sweep": threshold_sweep(probs, y, [*taus, tau], oos_probs=oos_probs),
+        },
+        "oos": oos_section,
+        "latency": measure_latency(predictor, data.texts, max_latency_samples)
+        if max_latency_samples > 0
+        else None,
+        "misclassified": misclassified(
+            data.texts, y, probs, labels, tau, rows=data.rows, where=[data.where(i) for i in range(len(data))]
+        ),
+    }
+    return Evaluation(sections, probs, y, oos_probs)
+
+
+def default_threshold() -> float:
+    """The router's threshold from its default config (router/config/default.yaml)."""
+    return RouterConfig.load().threshold
+
+
+def predict_in_batches(
+    predictor: Predictor, texts: Sequence[str], batch_size: int = PREDICT_BATCH
+) -> np.ndarray:
+    parts = [
+        predictor.predict_proba(list(texts[i : i + batch_size])) for i in range(0, len(texts), batch_size)
+    ]
+    return np.concatenate(parts, axis=0) if parts else np.zeros((0, len(predictor.labels)))
+
+
+def run_evaluation(
+    model: str | Path | None,
+    data: str | Path,
+    *,
+    oos: str | Path | None = None,
+    threshold: float | None = None,
+    variant: str | None = None,
+    text_column: str = "text",
+    label_column: str = "label",
+    split: str | None = None,
+    skip_invalid: bool = False,
+    verifier=None,
+    verifier_max: int | None = None,
+    verifier_name: str | None = None,
+    max_latency_samples: int = DEFAULT_SAMPLES,
+    n_bins: int = DEFAULT_BINS,
+    taus: Sequence[float] = DEFAULT_TAUS,
+    predictor: Predictor | None = None,
+) -> dict:
+    """Evaluate a model on labeled ``data`` (and unlabeled out-of-scope ``oos``); return the report dict.
+
+    ``predictor`` is any Predictor; without one, ``model`` (an exported model directory) is opened with
+    ONNX Runtime (``training.model.load_predictor`` also opens SetFit checkpoints). ``model`` is recorded
+    in the report either way. ``threshold`` defaults to the router's (0.75). ``verifier`` (a
+    router.verifier.Verifier) adds the verifier lift on below-threshold messages.
+    ``max_latency_samples=0`` skips the latency measurement.
+    """
+    tau = validate_threshold(threshold if threshold is not None else default_threshold())
+    if predictor is None:
+        if model is None:
+            raise ValueError("give a model path or a predictor")
+        predictor = load_onnx_predictor(model, variant=variant)
+    labels = list(predictor.labels)
+    ds = load_labeled(
+        data,
+        labels=labels,
+        text_column=text_column,
+        label_column=label_column,
+        split=split,
+        skip_invalid=skip_invalid,
+    )
+    ods = None
+    if oos is not None:
+        ods = load_unlabeled(oos, text_column=text_column, split=split, skip_invalid=skip_invalid)
+    ev = evaluate(
+        predictor, ds, oos=ods, tau=tau, n_bins=n_bins, taus=taus, max_latency_samples=max_latency_samples
+    )
+    report = {
+        "schema_version": SCHEMA_VERSION,
+        "kind": REPORT_KIND,
+        "created_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "model": _model_section(model, predictor),
+        "data": {
+            **source_section(ds),
+            "text_column": text_column,
+            "label_column": label_column,
+            "label_counts": {l: int((ev.y == i).sum()) for i, l in enumerate(labels)},
+        },
+        "threshold": round(tau, 4),
+        **ev.sections,
+        "verifier": None,
+        "environment": _environment(),
+    }
+    if verifier is not None:
+        from eval.verifier_lift import verifier_lift
+
+        report["verifier"] = verifier_lift(
+            verifier, ds.texts, ev.y, ev.probs, labels, tau, max_messages=verifier_max, describe=verifier_name
+        )
+    return report
+
+
+def source_section(ds) -> dict:
+    return {
+        "source": ds.source,
+        "format": ds.format,
+        "split": ds.split,
+        "sha256": ds.sha256,
+        "n": len(ds),
+        "skipped": [{"row": p["row"], "line": p["line"], "reason": p["reason"]} for p in ds.skipped],
+    }
+
+
+def _oos_accepted(ods, probs: np.ndarray, labels: list[str], tau: float, low: list[bool]) -> list[dict]:
+    """Out-of-scope messages the router would accept as an intent (confidence >= tau, not stopped by the guardrail)."""
+    conf, pred = probs.max(axis=1), probs.argmax(axis=1)
+    hits = [i for i in range(len(conf)) if conf[i] >= tau and not low[i]]
+    hits.sort(key=lambda i: -conf[i])
+    return [
+        {
+            "row": ods.rows[i],
+            "text": ods.texts[i],
+            "predicted": labels[pred[i]],
+            "confidence": round(float(conf[i]), 6),
+        }
+        for i in hits[:MAX_OOS_ACCEPTED]
+    ]
+
+
+def _model_section(model, predictor: Predictor) -> dict:
+    m = getattr(predictor, "manifest", None)
+    return {
+        "path": str(model) if model is not None else None,
+        "backend": getattr(predictor, "backend", type(predictor).__name__),
+        "variant": getattr(predictor, "variant", None),
+        "model_id": getattr(predictor, "model_id", type(predictor).__name__),
+        "name": m.name if m is not None else None,
+        "created_at": m.created_at if m is not None else None,
+        "labels": list(predictor.labels),
+        "temperature": getattr(predictor, "temperature", None),
+    }
+
+
+def _environment() -> dict:
+    versions = package_versions(VERSIONED_PACKAGES)
+    return {
+        "python": versions.pop("python"),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "threads": os.environ.get("INTENT_ROUTER_THREADS"),
+        "packages": versions,
+    }

@@ -1,0 +1,306 @@
+"""The training-side model object, scikit-learn style: ``IntentModel(config).fit(texts, labels)``,
+``calibrate`` (temperature scaling on held-out rows), ``predict_proba``, ``labels``, ``save``/``load``.
+
+It holds the SetFit model (contrastively fine-tuned sentence-transformer body + logistic head) and its
+temperature, and satisfies eval's Predictor protocol, so eval can score it without importing training.
+``load_predictor`` opens any model for evaluation: an exported directory (ONNX) or a SetFit checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from eval.calibration import softmax
+from router.manifest import MANIFEST_NAME, Manifest, ModelError, load_manifest
+from training.config import TrainConfig, resolve_base_model
+
+CHECKPOINT_DIR = "checkpoint"
+BACKENDS = ("auto", "onnx", "torch")
+Reporter = Callable[[str], None]
+
+
+def set_seed(seed: int) -> None:
+    import torch
+    from transformers import set_seed as hf_set_seed
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    hf_set_seed(seed)
+
+
+def quiet_libraries() -> None:
+    """setfit sets its loggers to INFO on import and the HF libraries draw tqdm bars; we report ourselves."""
+    import datasets
+    from setfit import logging as setfit_logging
+    from transformers.utils import logging as hf_logging
+
+    setfit_logging.set_verbosity_error()
+    warnings.filterwarnings("ignore", message=".*pin_memory.*")
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    datasets.disable_progress_bars()
+
+
+class IntentModel:
+    """A SetFit model and its temperature; ``predict_proba`` gives calibrated probabilities."""
+
+    backend = "torch"
+    variant = None
+
+    def __init__(
+        self,
+        config: TrainConfig | None = None,
+        *,
+        setfit=None,
+        temperature: float = 1.0,
+        manifest: Manifest | None = None,
+        model_id: str | None = None,
+    ) -> None:
+        self.config = config or TrainConfig()
+        self.setfit = setfit
+        self.temperature = temperature
+        self.manifest = manifest
+        self.model_id = model_id or (
+            f"{manifest.model_id}/torch" if manifest is not None else "unsaved/torch"
+        )
+        self.fit_seconds: dict[str, float] = {}
+
+    # ------------------------------------------------------------------------------- fitting
+    def fit(
+        self,
+        texts: Sequence[str],
+        labels: Sequence[str],
+        report: Reporter = print,
+        show_progress: bool = True,
+    ) -> IntentModel:
+        """Contrastive body fine-tuning, then the logistic head, with the config's hyperparameters (its
+        file fields are not read). The temperature is reset to 1; ``calibrate`` fits it."""
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        config = self.config
+        texts, labels = list(texts), list(labels)
+        if len(texts) != len(labels):
+            raise ValueError(f"{len(texts)} texts but {len(labels)} labels")
+        labels_in_data = sorted(set(labels))
+        if len(labels_in_data) < 2:
+            raise ValueError(f"need at least two labels to train, found {labels_in_data}")
+
+        from datasets import Dataset
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+        from setfit import SetFitModel, Trainer, TrainingArguments
+
+        quiet_libraries()
+
+        set_seed(config.seed)
+        base = resolve_base_model(config.base_model)
+        report(f"base model: {base}")
+        model = SetFitModel.from_pretrained(
+            base, labels=labels_in_data, head_params={"C": config.head_c, "max_iter": config.head_max_iter}
+        )
+        model.model_body.max_seq_length = config.max_seq_length
+
+        ds = Dataset.from_dict({"text": texts, "label": labels})
+        with tempfile.TemporaryDirectory(prefix="setfit-") as tmp:
+            args = TrainingArguments(
+                output_dir=tmp,
+                batch_size=config.batch_size,
+                num_epochs=config.num_epochs,
+                max_steps=config.max_steps,
+                num_iterations=config.num_iterations,
+                sampling_strategy=config.sampling_strategy,
+                body_learning_rate=config.body_learning_rate,
+                warmup_proportion=config.warmup_proportion,
+                max_length=config.max_seq_length,
+                seed=config.seed,
+                report_to="none",
+                save_strategy="no",
+                logging_strategy="no",
+                show_progress_bar=False,
+            )
+            with Progress(
+                TextColumn("contrastive steps"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                disable=not show_progress,
+            ) as progress:
+                task = progress.add_task("train", total=None)
+                trainer = Trainer(
+                    model=model,
+                    args=args,
+                    train_dataset=ds,
+                    callbacks=[_progress_callback(progress, task, report, config.batch_size)],
+                )
+                from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+                trainer.st_trainer.remove_callback(ProgressCallback)  # rich bar / our lines instead of tqdm
+                trainer.st_trainer.remove_callback(PrinterCallback)
+                t0 = time.perf_counter()
+                trainer.train_embeddings(*trainer.dataset_to_parameters(ds), args=args)
+                body_seconds = time.perf_counter() - t0
+            report(f"contrastive phase: {body_seconds:.1f}s")
+            t0 = time.perf_counter()
+            trainer.train_classifier(*trainer.dataset_to_parameters(ds), args=args)
+            head_seconds = time.perf_counter() - t0
+        report(f"head fitted: {head_seconds:.1f}s")
+        self.setfit, self.temperature = model, 1.0
+        self.fit_seconds = {"contrastive": body_seconds, "head": head_seconds}
+        return self
+
+    def calibrate(self, texts: Sequence[str], labels: Sequence[str]) -> float:
+        """Fit the temperature on held-out rows (minimum NLL); returns it."""
+        from training.calibrate import fit_temperature
+
+        self.temperature = fit_temperature(self.logits(texts), self.label_ids(labels))
+        return self.temperature
+
+    # ---------------------------------------------------------------------------- predicting
+    @property
+    def labels(self) -> list[str]:
+        """Label order of the head's outputs. SetFit's predict_proba follows ``classes_`` (sorted), not
+        ``model.labels``, so this is the one order everything downstream must use."""
+        return [str(c) for c in self.setfit.model_head.classes_]
+
+    def label_ids(self, labels: Sequence[str]) -> np.ndarray:
+        index = {l: i for i, l in enumerate(self.labels)}
+        unseen = sorted(set(labels) - set(index))
+        if unseen:
+            raise ValueError(f"labels the model was not trained on: {unseen[:5]}")
+        return np.array([index[l] for l in labels], dtype=int)
+
+    def encode(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        emb = self.setfit.model_body.encode(
+            list(texts), batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False
+        )
+        return np.asarray(emb, dtype=np.float32)
+
+    def logits(self, texts: Sequence[str]) -> np.ndarray:
+        """Raw class scores of the fitted logistic head, in ``labels`` order."""
+        scores = np.asarray(self.setfit.model_head.decision_function(self.encode(texts)), dtype=np.float64)
+        if scores.ndim == 1:  # binary head: predict_proba is sigmoid(s) == softmax([0, s])
+            scores = np.stack([np.zeros_like(scores), scores], axis=1)
+        return scores
+
+    def predict_proba(self, texts: Sequence[str]) -> np.ndarray:
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, len(self.labels)))
+        return softmax(self.logits(texts), self.temperature)
+
+    # ------------------------------------------------------------------------------- storage
+    def save(self, directory: str | Path) -> Path:
+        self.setfit.save_pretrained(str(directory))
+        return Path(directory)
+
+    @classmethod
+    def load(cls, checkpoint: str | Path, manifest: Manifest | None = None) -> IntentModel:
+        """A SetFit checkpoint; the temperature comes from ``manifest`` (T = 1 without one)."""
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from setfit import SetFitModel
+
+        quiet_libraries()
+        checkpoint = Path(checkpoint)
+        cal = manifest.calibration if manifest is not None else None
+        model = cls(
+            setfit=SetFitModel.from_pretrained(str(checkpoint)),
+            temperature=cal.temperature if cal is not None else 1.0,
+            manifest=manifest,
+            model_id=None if manifest is not None else f"{checkpoint.resolve().name}/torch",
+        )
+        if manifest is not None and list(manifest.labels) != model.labels:
+            raise ModelError(
+                f"{checkpoint}: head label order {model.labels} differs from the manifest's {manifest.labels}"
+            )
+        return model
+
+
+def _progress_callback(progress, task, report: Reporter, batch_size: int):
+    """Rich bar on a terminal; a line every 10% elsewhere (CI logs), with the pair rate."""
+    from transformers import TrainerCallback
+
+    interactive = progress.console.is_terminal and not progress.disable
+
+    class RichProgress(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kw):
+            self.t0, self.every = time.perf_counter(), max(1, state.max_steps // 10)
+            progress.update(task, total=state.max_steps)
+
+        def on_step_end(self, args, state, control, **kw):
+            progress.update(task, completed=state.global_step)
+            if not interactive and (
+                state.global_step % self.every == 0 or state.global_step == state.max_steps
+            ):
+                rate = state.global_step * batch_size / (time.perf_counter() - self.t0)
+                report(f"contrastive step {state.global_step}/{state.max_steps} ({rate:.0f} pairs/s)")
+
+    return RichProgress()
+
+
+def is_setfit_checkpoint(path: Path) -> bool:
+    return path.is_dir() and ((path / "config_setfit.json").is_file() or (path / "model_head.pkl").is_file())
+
+
+def checkpoint_of(model_dir: Path, manifest: Manifest) -> Path:
+    return model_dir / str(manifest.training.get("checkpoint", CHECKPOINT_DIR))
+
+
+def load_predictor(model: str | Path, backend: str = "auto", variant: str | None = None):
+    """Open ``model`` for evaluation. ``auto``: a directory whose manifest has an ``export`` section runs
+    through ONNX Runtime; one with a manifest but no export, or a bare SetFit checkpoint, through
+    PyTorch. ``torch`` uses ``<model>/checkpoint`` (or the bare checkpoint given) with the manifest's
+    temperature (a bare ``<model>/checkpoint`` uses its parent model's)."""
+    from eval.predictors import OnnxPredictor
+
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
+    path = Path(model)
+    if not path.is_dir():
+        raise ModelError(f"model directory not found: {path}")
+    manifest = load_manifest(path) if (path / MANIFEST_NAME).is_file() else None
+    if backend == "auto":
+        if manifest is not None and manifest.export is not None:
+            backend = "onnx"
+        elif manifest is not None or is_setfit_checkpoint(path):
+            backend = "torch"
+        else:
+            raise ModelError(
+                f"{path}: neither a model directory (no {MANIFEST_NAME}) nor a SetFit checkpoint"
+            )
+    if backend == "onnx":
+        if manifest is None:
+            raise ModelError(f"{path}: the ONNX backend needs a model directory with {MANIFEST_NAME}")
+        return OnnxPredictor(path, variant=variant, manifest=manifest)
+    if variant is not None:
+        raise ValueError("--variant names an ONNX graph; it does not apply to the torch backend")
+    if manifest is not None:
+        ckpt = checkpoint_of(path, manifest)
+        if not is_setfit_checkpoint(ckpt):
+            raise ModelError(
+                f"{ckpt}: no SetFit checkpoint (exported model directories ship without one; "
+                "evaluate the training output, or use the onnx backend)"
+            )
+        return IntentModel.load(ckpt, manifest=manifest)
+    if not is_setfit_checkpoint(path):
+        raise ModelError(f"{path}: not a SetFit checkpoint (no config_setfit.json or model_head.pkl)")
+    parent_manifest = None
+    if (path.parent / MANIFEST_NAME).is_file():  # <model>/checkpoint given directly: its model's temperature
+        m = load_manifest(path.parent)
+        if checkpoint_of(path.parent, m).name == path.name:
+            parent_manifest = m
+    return IntentModel.load(path, manifest=parent_manifest)

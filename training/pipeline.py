@@ -1,0 +1,137 @@
+"""The jobs behind the CLI, as library functions: ``build`` (train -> calibrate -> export -> evaluate),
+``evaluate_model`` (any model, written report), ``speed_benchmark``. Each writes its own result files;
+``intent-router`` only parses arguments, calls one of these and prints.
+
+    from training.pipeline import build
+    manifest, report = build()          # the shipped recipe on data/, into models/intent-minilm
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from training.config import TrainConfig
+
+Reporter = Callable[[str], None]
+DEFAULT_OOS = Path("data/oos.jsonl")
+DEFAULT_BUILD_REPORT = Path("reports/build")
+
+
+def build(
+    config: TrainConfig | None = None,
+    out: str | Path | None = None,
+    report_dir: str | Path | None = DEFAULT_BUILD_REPORT,
+    oos: str | Path | None = DEFAULT_OOS,
+    report: Reporter = print,
+    show_progress: bool = True,
+):
+    """Train on ``config``'s files, calibrate on dev, export fp32 + int8 with the parity check (on the
+    test split, else dev) and, when there is a test split and eval's extras are installed, evaluate the
+    int8 router on it (with ``oos`` when that file exists) into ``report_dir``.
+
+    ``out`` defaults to the default model directory (router.routing.default_model_dir). Returns
+    ``(manifest, report or None)``; the build's wall time is recorded in the manifest."""
+    from router.manifest import load_manifest
+    from router.routing import default_model_dir
+    from training.export import export_model
+    from training.train import train
+
+    cfg = config or TrainConfig()
+    out = Path(out) if out is not None else default_model_dir()
+    t0 = time.perf_counter()
+    report("== train + calibrate")
+    train(cfg, out, report=report, show_progress=show_progress)
+    report("== export")
+    export_model(out, parity_file=cfg.test_file or cfg.dev_file, report=report)
+    seconds = time.perf_counter() - t0
+    manifest = load_manifest(out)
+    manifest.training["seconds"]["build_total"] = round(seconds, 2)
+    manifest.save(out)
+    report(f"train + calibrate + export: {seconds:.1f}s")
+    if not (cfg.test_file and report_dir is not None and _has_eval_extras()):
+        return manifest, None
+    report("== evaluate")
+    oos = oos if oos is not None and Path(oos).is_file() else None
+    result = evaluate_model(out, cfg.test_file, oos=oos, out=report_dir)
+    return manifest, result
+
+
+def _has_eval_extras() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+        import sklearn  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def evaluate_model(
+    model: str | Path | None,
+    data: str | Path,
+    *,
+    out: str | Path | None = None,
+    backend: str = "auto",
+    variant: str | None = None,
+    verifier=None,
+    **options,
+) -> dict:
+    """Open ``model`` (default: the default model directory) with ``backend`` (training.model.
+    load_predictor), run eval's evaluator on ``data`` and, with ``out``, write eval.json, report.md and
+    the plots there. ``options`` go to eval.evaluator.run_evaluation (oos, threshold, columns, ...)."""
+    from eval.evaluator import run_evaluation
+    from eval.report import write_report
+    from router.routing import default_model_dir
+    from training.model import load_predictor
+
+    model = model or default_model_dir()
+    predictor = load_predictor(model, backend=backend, variant=variant)
+    result = run_evaluation(model, data, predictor=predictor, verifier=verifier, **options)
+    if out is not None:
+        write_report(result, out)
+    return result
+
+
+def speed_benchmark(
+    model: str | Path | None,
+    data: str | Path,
+    *,
+    limit: int = 500,
+    include_torch: bool = True,
+    batch_size: int = 64,
+    threads: int | None = None,
+    out: str | Path | None = None,
+    report: Reporter = print,
+) -> dict:
+    """Time the exported router (int8, fp32) beside SetFit PyTorch (when the model has its checkpoint)
+    on the first ``limit`` messages of ``data``; with ``out``, also write the results as JSON."""
+    from eval.bench_speed import run_speed_benchmark
+    from eval.data import load_unlabeled
+    from router.manifest import load_manifest
+    from router.routing import default_model_dir
+    from training.model import IntentModel, checkpoint_of
+
+    model = Path(model or default_model_dir())
+    texts = load_unlabeled(data).texts[:limit]
+    manifest = load_manifest(model)
+    ckpt = checkpoint_of(model, manifest)
+    reference = None
+    if include_torch and ckpt.is_dir():
+        reference = ("setfit pytorch predict_proba", lambda: IntentModel.load(ckpt, manifest=manifest))
+    elif include_torch:
+        report(f"skipping setfit pytorch: no checkpoint at {ckpt} (train the model to compare)")
+    res = run_speed_benchmark(
+        model, texts, reference=reference, batch_size=batch_size, threads=threads, report=report
+    )
+    if out is not None:
+        write_json(res, out)
+    return res
+
+
+def write_json(result: dict, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    return path
