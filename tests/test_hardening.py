@@ -349,6 +349,7 @@ def test_url_credentials_never_in_repr_trace_errors_or_logs(caplog):
         assert "api-version=2024-10-21" in redact_url(url)
         v = LLMVerifier(settings)
         caplog.set_level(logging.INFO)
+        caplog.set_level(logging.INFO, logger="httpx")  # the CLI quiets httpx; earlier CLI tests may have run
         texts = []
         with pytest.raises(VerifierError) as ei:
             v.verify("find x", CLS)
