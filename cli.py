@@ -31,6 +31,8 @@ data_app = typer.Typer(help="Corpus tools.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
 bench_app = typer.Typer(help="Benchmarks: speed, public intent datasets.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
+config_app = typer.Typer(help="Router config tools.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
 
 console = Console(width=None if sys.stdout.isatty() else 140)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 400)
@@ -309,6 +311,19 @@ def _make_verifier(url: str | None, model: str | None, timeout: float | None, co
     from router.llm_verifier import LLMVerifier, VerifierSettings
 
     return LLMVerifier(VerifierSettings.from_env(base_url=url, model=model, timeout=timeout), registry=config)
+
+
+@config_app.command("check")
+@_cli
+def config_check(
+    path: Path | None = typer.Argument(None, help="Router config YAML (default: the packaged one)."),
+    as_json: bool = Opt(False, "--json", help="Print the effective permissions as JSON."),
+) -> None:
+    """Load a router config strictly and print the effective roles -> skills -> permissions."""
+    from router.config import check_config, format_permissions
+
+    report = check_config(path)
+    print(json.dumps(report, indent=2) if as_json else format_permissions(report))
 
 
 @app.command()

@@ -114,3 +114,17 @@ def test_unexpected_errors_are_one_line_unless_debug(tmp_path):
     _one_error_line(res)
     res = runner.invoke(app, ["--debug", "route", "hello", "--model", str(bad)])
     assert res.exit_code != 0 and res.exception is not None and not isinstance(res.exception, SystemExit)
+
+
+def test_config_check_prints_effective_permissions_and_refuses_duplicates(tmp_path):
+    ok = runner.invoke(app, ["config", "check"])
+    assert ok.exit_code == 0, ok.output
+    assert "role viewer:" in ok.output and "- action:" in ok.output  # viewers are denied the action skill
+    as_json = runner.invoke(app, ["config", "check", "--json"])
+    assert json.loads(as_json.output)["roles"]["admin"]["action"]["requires_confirmation"] is True
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("threshold: 0.75\nthreshold: 0.5\n", encoding="utf-8")
+    bad = runner.invoke(app, ["config", "check", str(dup)])
+    assert bad.exit_code == 1
+    assert "dup.yaml:2: duplicate key 'threshold'" in bad.output.replace("\n", "")
+    assert "Traceback" not in bad.output

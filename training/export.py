@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from router.manifest import Export, Manifest, ModelError, Parity, Variant, file_entry, load_manifest
+from router.model_card import stamp_graph
 from training.model import IntentModel, checkpoint_of
 
 OPSET = 17
@@ -174,6 +175,14 @@ def export_model(
             f"int8 graph quantized in {time.perf_counter() - t0:.1f}s ({int8_path.stat().st_size / 1e6:.1f} MB)"
         )
 
+    # The graph carries what it depends on, inside the bytes its sha256 covers (router.model_card).
+    for v in variants:
+        stamp_graph(
+            model_dir / VARIANT_FILES[v],
+            labels=manifest.labels,
+            max_seq_length=manifest.max_seq_length,
+            temperature=manifest.calibration.temperature,
+        )
     manifest.export = Export(
         opset=OPSET,
         tokenizer=tokenizer_entry,
