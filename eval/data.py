@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from router.intents import INTENTS
+from router.intents import LABELS
 from router.manifest import sha256_file
 
 LOCAL_FORMATS = {
@@ -155,7 +155,7 @@ def _jsonl_table(source, text: str) -> tuple[_Table, list[int]]:
 def load_labeled(
     source: str | Path,
     *,
-    labels: Sequence[str] | None = INTENTS,
+    labels: Sequence[str] | None = LABELS,
     text_column: str = "text",
     label_column: str = "label",
     split: str | None = None,

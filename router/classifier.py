@@ -34,6 +34,7 @@ class Classification:
     inference_ms: float = 0.0
     truncated: bool = False
     num_tokens: int = 0
+    distance: float | None = None  # in-scope distance (manifest.in_scope), when the graph computes it
 
 
 class Classifier:
@@ -108,15 +109,22 @@ class Classifier:
                 f"graph has {outputs[0].shape[-1]} outputs but the manifest lists {len(self.labels)} labels"
             )
         self._output = export.output
+        scope = self.manifest.in_scope
+        self.distance_threshold: float | None = scope.threshold if scope is not None else None
+        self._outputs = [self._output] + ([scope.output] if scope is not None else [])
+        names = {o.name for o in outputs}
+        if not set(self._outputs) <= names:
+            raise ModelError(f"{graph_path}: the graph lacks output(s) {sorted(set(self._outputs) - names)}")
 
     @property
     def model_id(self) -> str:
         return f"{self.manifest.model_id}/{self.variant}"
 
     # ------------------------------------------------------------------------------------- run
-    def _run(self, texts: Sequence[str]) -> tuple[np.ndarray, list, float, float]:
+    def _run(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray | None, list, float, float]:
         """Tokenize, then run the graph in length-sorted chunks so padding stays short; rows come back
-        in input order. Returns (probabilities, encodings, tokenize seconds, inference seconds)."""
+        in input order. Returns (probabilities, in-scope distances or None, encodings, tokenize seconds,
+        inference seconds)."""
         t0 = time.perf_counter()
         encs = (
             self.tokenizer.encode_batch(list(texts)) if len(texts) > 1 else [self.tokenizer.encode(texts[0])]
@@ -124,6 +132,7 @@ class Classifier:
         t1 = time.perf_counter()
         order = sorted(range(len(encs)), key=lambda i: len(encs[i].ids))
         probs = np.empty((len(encs), len(self.labels)), dtype=np.float32)
+        dist = np.empty(len(encs), dtype=np.float32) if len(self._outputs) > 1 else None
         for start in range(0, len(order), self.max_batch):
             idx = order[start : start + self.max_batch]
             width = len(encs[idx[-1]].ids)
@@ -133,15 +142,24 @@ class Classifier:
                 n = len(encs[i].ids)
                 ids[row, :n] = encs[i].ids
                 mask[row, :n] = encs[i].attention_mask
-            probs[idx] = self.session.run([self._output], {"input_ids": ids, "attention_mask": mask})[0]
-        return probs, encs, t1 - t0, time.perf_counter() - t1
+            out = self.session.run(self._outputs, {"input_ids": ids, "attention_mask": mask})
+            probs[idx] = out[0]
+            if dist is not None:
+                dist[idx] = out[1]
+        return probs, dist, encs, t1 - t0, time.perf_counter() - t1
 
     def predict_proba(self, texts: Sequence[str]) -> np.ndarray:
         """Calibrated probabilities, shape (n, labels), columns in ``self.labels`` order."""
+        return self.predict(texts)[0]
+
+    def predict(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray | None]:
+        """(probabilities, in-scope distances): the distances are None when the model has none."""
         _check_texts(texts)
         if not texts:
-            return np.zeros((0, len(self.labels)), dtype=np.float32)
-        return self._run(texts)[0]
+            empty = np.zeros(0, dtype=np.float32) if self.distance_threshold is not None else None
+            return np.zeros((0, len(self.labels)), dtype=np.float32), empty
+        probs, dist, *_ = self._run(texts)
+        return probs, dist
 
     # --------------------------------------------------------------------------------- classify
     def classify(self, text: str) -> Classification:
@@ -151,10 +169,10 @@ class Classifier:
         _check_texts(texts)
         if not texts:
             return []
-        probs, encs, tok_s, inf_s = self._run(texts)
+        probs, dist, encs, tok_s, inf_s = self._run(texts)
         tok_ms, inf_ms = tok_s * 1000 / len(texts), inf_s * 1000 / len(texts)
         out = []
-        for row, enc in zip(probs, encs, strict=True):
+        for i, (row, enc) in enumerate(zip(probs, encs, strict=True)):
             order = np.argsort(-row)
             ranking = [(self.labels[j], float(row[j])) for j in order]
             out.append(
@@ -166,6 +184,7 @@ class Classifier:
                     inference_ms=inf_ms,
                     truncated=bool(enc.overflowing),
                     num_tokens=len(enc.ids),
+                    distance=float(dist[i]) if dist is not None else None,
                 )
             )
         return out

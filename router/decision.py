@@ -23,6 +23,8 @@ class ReasonCode(str, Enum):
     VERIFIER_UNAVAILABLE = "verifier_circuit_open"  # verifier skipped: circuit breaker open
     LOW_SIGNAL = "low_signal"  # guardrail: empty, punctuation/emoji-only or random characters
     INVALID_INPUT = "invalid_input"  # guardrail: not a str, or text the tokenizer could not take
+    OUT_OF_SCOPE = "out_of_scope"  # none of the five intents (chit-chat): no skill, reply directly
+    FOLLOW_UP_UNVERIFIED = "follow_up_unverified"  # out of scope or unsure, no verifier: previous intent kept
 
 
 class RankedIntent(BaseModel):
@@ -65,12 +67,29 @@ class InputInfo(BaseModel):
     truncated_tokens: bool = False
 
 
+class Scope(BaseModel):
+    """The out-of-scope signals for one message: the trained class and the in-scope distance."""
+
+    out_of_scope_probability: float | None = None
+    distance: float | None = None
+    distance_threshold: float | None = None
+    signals: list[Literal["classifier", "distance", "verifier"]] = Field(
+        default_factory=list, description="Which signals judged the message out of scope."
+    )
+
+
 class Decision(BaseModel):
-    """Routing outcome for one message. ``intent`` is None only for guardrail decisions."""
+    """Routing outcome for one message. ``intent`` is None for guardrail, out-of-scope and fallback
+    decisions (the fallback's skills are those of ``fallback_intents``)."""
 
     intent: Intent | None
-    confidence: float | None = Field(description="Calibrated probability of the classifier's top intent.")
-    ranking: list[RankedIntent] = Field(default_factory=list)
+    confidence: float | None = Field(
+        description="Calibrated probability of the classifier's top label (an intent, or out of scope)."
+    )
+    ranking: list[RankedIntent] = Field(
+        default_factory=list, description="The five intents by calibrated probability."
+    )
+    scope: Scope | None = None
     source: Source
     reason_code: ReasonCode
     role: str

@@ -144,6 +144,8 @@ class Parity(BaseModel):
     n: int
     top1_agreement: float
     max_abs_prob_diff: float
+    in_scope_agreement: float | None = None  # same side of the in-scope distance threshold
+    max_rel_distance_diff: float | None = None
     min_required: float
     passed: bool
 
@@ -170,6 +172,20 @@ class Calibration(BaseModel):
     after: dict[str, dict[str, float]] = Field(default_factory=dict)
 
 
+class InScope(BaseModel):
+    """The distance-based in-scope score the graph computes beside the probabilities: the smallest
+    Mahalanobis distance (shared, shrunk covariance) from the body embedding to an in-scope class mean.
+    A message farther than ``threshold`` is unlike any training intent and is treated as out of scope."""
+
+    method: str = "mahalanobis"
+    output: str = "in_scope_distance"
+    classes: list[str]
+    shrinkage: float = Field(ge=0, le=1)
+    threshold: float = Field(gt=0)
+    keep: float = Field(gt=0, le=1, description="Share of dev in-scope messages the threshold keeps.")
+    fitted_on: str = "dev"
+
+
 class Export(BaseModel):
     opset: int
     inputs: list[str] = Field(default_factory=lambda: ["input_ids", "attention_mask"])
@@ -194,6 +210,7 @@ class Manifest(BaseModel):
     calibration: Calibration | None = None
     metrics: dict[str, SplitMetrics] = Field(default_factory=dict)
     export: Export | None = None
+    in_scope: InScope | None = None
 
     @field_validator("labels")
     @classmethod

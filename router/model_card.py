@@ -28,6 +28,15 @@ KEY_VERSION = PREFIX + "metadata_version"
 KEY_LABELS = PREFIX + "labels"
 KEY_MAX_SEQ = PREFIX + "max_seq_length"
 KEY_TEMPERATURE = PREFIX + "temperature"
+KEY_IN_SCOPE = PREFIX + "in_scope"
+
+
+def graph_scope_metadata(manifest: Manifest) -> dict[str, Any] | None:
+    """The in-scope settings a graph depends on (its distance output and threshold), for ``extra``."""
+    s = manifest.in_scope
+    if s is None:
+        return None
+    return {"in_scope": {"output": s.output, "threshold": s.threshold, "classes": list(s.classes)}}
 
 
 def graph_metadata(
@@ -89,6 +98,7 @@ def stamp_model_dir(directory: str | Path) -> Manifest:
             labels=manifest.labels,
             max_seq_length=manifest.max_seq_length,
             temperature=manifest.temperature,
+            extra=graph_scope_metadata(manifest),
         )
         variant.file = file_entry(directory, variant.file.path)
     manifest.save(directory)
@@ -106,6 +116,7 @@ def read_graph_metadata(custom: Mapping[str, str]) -> dict[str, Any] | None:
             "labels": json.loads(custom[KEY_LABELS]),
             "max_seq_length": int(custom[KEY_MAX_SEQ]),
             "temperature": float(custom[KEY_TEMPERATURE]),
+            "in_scope": json.loads(custom[KEY_IN_SCOPE]) if KEY_IN_SCOPE in custom else None,
         }
     except (KeyError, ValueError, TypeError) as e:
         raise ModelError(f"the graph's intent_router metadata is incomplete or malformed: {e}") from None
@@ -127,6 +138,9 @@ def check_graph_metadata(meta: Mapping[str, Any], manifest: Manifest, source: st
         problems.append(
             f"temperature {manifest.temperature!r} in the manifest, {meta['temperature']!r} in the graph"
         )
+    ours = (graph_scope_metadata(manifest) or {}).get("in_scope")
+    if meta.get("in_scope") != ours:
+        problems.append(f"in_scope {ours} in the manifest, {meta.get('in_scope')} in the graph")
     if problems:
         raise ModelError(
             f"{source}: the manifest disagrees with the graph's own metadata ({'; '.join(problems)}): "

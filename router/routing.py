@@ -17,10 +17,11 @@ from router.decision import (
     Latency,
     RankedIntent,
     ReasonCode,
+    Scope,
     TraceStep,
 )
 from router.guardrail import low_signal_reason
-from router.intents import INTENTS
+from router.intents import INTENTS, LABELS, OUT_OF_SCOPE
 from router.rbac import grant_skills
 from router.verifier import Verifier, VerifierError, VerifierUnavailable
 
@@ -54,7 +55,7 @@ class Router:
         self.config = config or RouterConfig.load()
         self.threshold = validate_threshold(threshold if threshold is not None else self.config.threshold)
         self.verifier = verifier
-        unknown = set(classifier.labels) - set(INTENTS)
+        unknown = set(classifier.labels) - set(LABELS)
         if unknown:
             raise ValueError(f"the model predicts labels the router does not know: {sorted(unknown)}")
 
@@ -190,15 +191,31 @@ class Router:
             ),
         ]
         latency = Latency(tokenize_ms=round(c.tokenize_ms, 4), inference_ms=round(c.inference_ms, 4))
+        scope = self._scope(c)
+        follow_up = previous is not None and previous.intent is not None
         intent: str | None
-        if c.confidence >= self.threshold:
+        if scope.signals and not follow_up:
+            trace.append(TraceStep(stage="scope", status="out_of_scope", detail={"signals": scope.signals}))
+            return self._out_of_scope(c, scope, "classifier", role, info, latency, trace)
+        if not scope.signals and c.confidence >= self.threshold:
             trace.append(
                 TraceStep(stage="threshold", status="accepted", detail={"threshold": self.threshold})
             )
             intent, source, reason = c.label, "classifier", ReasonCode.CONFIDENT
-        else:
-            trace.append(TraceStep(stage="threshold", status="below", detail={"threshold": self.threshold}))
+        else:  # unsure, or out of scope right after a turn it may continue ("yes", "and for next week?")
+            status = "out_of_scope_follow_up" if scope.signals else "below"
+            trace.append(TraceStep(stage="threshold", status=status, detail={"threshold": self.threshold}))
             intent, source, reason = self._verify(text, c, previous, trace, latency)
+            if reason == ReasonCode.OUT_OF_SCOPE:
+                scope.signals.append("verifier")
+                return self._out_of_scope(c, scope, "verifier", role, info, latency, trace)
+            if intent is None and follow_up:
+                trace.append(
+                    TraceStep(
+                        stage="follow_up", status="kept_previous", detail={"intent": previous.intent.value}
+                    )
+                )
+                intent, source, reason = previous.intent.value, "fallback", ReasonCode.FOLLOW_UP_UNVERIFIED
 
         if intent is None:  # fallback: union of the fallback intents' skills
             specs = [self.config.intents[i] for i in self.config.fallback_intents]
@@ -226,7 +243,8 @@ class Router:
         return Decision(
             intent=intent,
             confidence=c.confidence,
-            ranking=[RankedIntent(intent=label, probability=p) for label, p in c.ranking],
+            ranking=_ranking(c),
+            scope=scope,
             source=source,
             reason_code=reason,
             role=role,
@@ -236,6 +254,38 @@ class Router:
             message=message,
             requires_confirmation=g.requires_confirmation,
             context_budget=budget,
+            threshold=self.threshold,
+            model_id=self.classifier.model_id,
+            input=info,
+            latency=latency,
+            trace=trace,
+        )
+
+    def _scope(self, c: Classification) -> Scope:
+        """The out-of-scope signals: the trained class above the threshold, the distance above its own."""
+        p_oos = dict(c.ranking).get(OUT_OF_SCOPE)
+        limit = self.classifier.distance_threshold
+        signals = []
+        if c.label == OUT_OF_SCOPE and c.confidence >= self.threshold:
+            signals.append("classifier")
+        if c.distance is not None and limit is not None and c.distance > limit:
+            signals.append("distance")
+        return Scope(
+            out_of_scope_probability=p_oos, distance=c.distance, distance_threshold=limit, signals=signals
+        )
+
+    def _out_of_scope(self, c, scope, source, role, info, latency, trace) -> Decision:
+        return Decision(
+            intent=None,
+            confidence=c.confidence,
+            ranking=_ranking(c),
+            scope=scope,
+            source=source,
+            reason_code=ReasonCode.OUT_OF_SCOPE,
+            role=role,
+            skills={"required": [], "optional": []},
+            servable=True,
+            message="out of scope: the message needs no skill; reply directly without loading any",
             threshold=self.threshold,
             model_id=self.classifier.model_id,
             input=info,
@@ -267,7 +317,21 @@ class Router:
             return None, "fallback", reason
         ms = (time.perf_counter() - t0) * 1000
         latency.verifier_ms = round(ms, 4)
-        if res.intent not in INTENTS:
+        if res.intent == OUT_OF_SCOPE and res.reason_code != "same_domain_follow_up":
+            trace.append(
+                TraceStep(
+                    stage="verifier",
+                    status="accepted",
+                    ms=round(ms, 4),
+                    detail={"intent": res.intent, "reason_code": res.reason_code, "attempts": res.attempts},
+                )
+            )
+            return None, "verifier", ReasonCode.OUT_OF_SCOPE
+        if res.intent not in INTENTS and not (
+            res.reason_code == "same_domain_follow_up"
+            and previous is not None
+            and previous.intent is not None
+        ):
             trace.append(
                 TraceStep(
                     stage="verifier",
@@ -312,6 +376,10 @@ def repair_text(text: str) -> tuple[str, int]:
         return text, 0
     fixed = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
     return fixed, n
+
+
+def _ranking(c: Classification) -> list[RankedIntent]:
+    return [RankedIntent(intent=label, probability=p) for label, p in c.ranking if label != OUT_OF_SCOPE]
 
 
 def _unique(items) -> list[str]:

@@ -134,7 +134,14 @@ def test_accepted_and_request_shape(openai_server, make_verifier):
     rf = b["response_format"]
     assert rf["type"] == "json_schema" and rf["json_schema"]["strict"] is True
     schema = rf["json_schema"]["schema"]
-    assert schema["properties"]["intent"]["enum"] == ["SEARCH", "REASONING", "PLANNING", "MEMORY", "ACTION"]
+    assert schema["properties"]["intent"]["enum"] == [
+        "SEARCH",
+        "REASONING",
+        "PLANNING",
+        "MEMORY",
+        "ACTION",
+        "OUT_OF_SCOPE",
+    ]
     assert schema["properties"]["reason_code"]["enum"] == [
         "fresh_request",
         "same_domain_follow_up",
@@ -186,7 +193,7 @@ def test_invalid_json_then_strict_retry_accepted(openai_server, make_verifier):
     assert "previous answer to this request was invalid" not in _user(first)
     assert _user(second).startswith(_user(first))
     assert "previous answer to this request was invalid: no JSON object in the output" in _user(second)
-    assert '"enum":["SEARCH","REASONING","PLANNING","MEMORY","ACTION"]' in _user(second)  # schema repeated
+    assert '"enum":["SEARCH","REASONING","PLANNING","MEMORY","ACTION","OUT_OF_SCOPE"]' in _user(second)
     assert _system(first) == _system(second)
 
 
@@ -202,7 +209,7 @@ def test_empty_response_twice_fails(openai_server, make_verifier):
 
 def test_invalid_intent_twice_fails(openai_server, make_verifier):
     openai_server.push(
-        '{"intent": "ADMIN", "reason_code": "other"}', '{"intent": "OUT_OF_SCOPE", "reason_code": "other"}'
+        '{"intent": "ADMIN", "reason_code": "other"}', '{"intent": "NONE", "reason_code": "other"}'
     )
     with pytest.raises(VerifierError) as ei:
         make_verifier(openai_server).verify("thanks!", CLS)

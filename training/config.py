@@ -37,6 +37,10 @@ class TrainConfig(BaseModel):
     body_learning_rate: float = 2e-5
     warmup_proportion: float = 0.1
     max_seq_length: int = Field(128, ge=8, le=512)
+    # In-scope distance (training/scope.py): fitted on the training embeddings, threshold on dev.
+    in_scope_distance: bool = True
+    in_scope_keep: float = Field(0.99, gt=0, le=1, description="Share of dev in-scope rows kept in scope.")
+    in_scope_shrinkage: float = Field(0.1, ge=0, le=1)
     # Logistic-regression head.
     head_c: float = Field(1.0, gt=0)
     head_max_iter: int = Field(2000, ge=10)

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from router.intents import INTENTS
+from router.intents import LABELS
 
 SPLIT_ORDER = ("train", "dev", "test", "oos")
 # Overlap between these splits leaks evaluation data into training (or one eval set into another).
@@ -61,7 +61,7 @@ def normalize_text(text: str) -> str:
     return re.sub(r"\s+", " ", t).strip()
 
 
-def load_examples(path: str | Path, labels: Sequence[str] = INTENTS) -> list[Example]:
+def load_examples(path: str | Path, labels: Sequence[str] = LABELS) -> list[Example]:
     """Load a labeled JSONL file strictly: the first problem raises CorpusError with file and line."""
     report = check_files([Path(path)], labels=labels, duplicates=False)
     if report.errors:
@@ -234,7 +234,7 @@ def _parse_file(path: Path, labels: Sequence[str], report: CheckReport) -> list[
 
 
 def check_files(
-    paths: Iterable[str | Path], labels: Sequence[str] = INTENTS, duplicates: bool = True
+    paths: Iterable[str | Path], labels: Sequence[str] = LABELS, duplicates: bool = True
 ) -> CheckReport:
     """Validate corpus files and find duplicates within and across splits."""
     report = CheckReport()

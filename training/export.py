@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from router.manifest import Export, Manifest, ModelError, Parity, Variant, file_entry, load_manifest
-from router.model_card import stamp_graph
+from router.model_card import graph_scope_metadata, stamp_graph
 from training.model import IntentModel, checkpoint_of
 
 OPSET = 17
@@ -60,10 +60,12 @@ class ParityError(ModelError):
     """An exported graph disagrees with the PyTorch model more than allowed."""
 
 
-def _graph_module(model, temperature: float):
+def _graph_module(intent_model: IntentModel, temperature: float):
+    """The graph as a torch module: probabilities, plus the in-scope distance when the model has one."""
     import torch
     from torch import nn
 
+    model, scope = intent_model.setfit, intent_model.scope
     body = model.model_body
     transformer = body[0].auto_model
     pooling = body[1]
@@ -87,6 +89,10 @@ def _graph_module(model, temperature: float):
             self.register_buffer("weight", torch.from_numpy(coef))
             self.register_buffer("bias", torch.from_numpy(intercept))
             self.inv_temperature = float(1.0 / temperature)
+            if scope is not None:  # Mahalanobis: ||x F - m F||^2, the smallest over in-scope classes
+                self.register_buffer("factor", torch.from_numpy(scope.factor.astype(np.float32)))
+                centres = (scope.means @ scope.factor).astype(np.float32)
+                self.register_buffer("centres", torch.from_numpy(centres))
 
         def forward(self, input_ids, attention_mask):
             hidden = self.transformer(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
@@ -95,7 +101,12 @@ def _graph_module(model, temperature: float):
             if normalize:
                 emb = torch.nn.functional.normalize(emb, p=2.0, dim=1)
             logits = emb @ self.weight.T + self.bias
-            return torch.softmax(logits * self.inv_temperature, dim=-1)
+            probs = torch.softmax(logits * self.inv_temperature, dim=-1)
+            if scope is None:
+                return probs
+            proj = emb @ self.factor
+            distance = ((proj.unsqueeze(1) - self.centres.unsqueeze(0)) ** 2).sum(dim=-1).min(dim=1).values
+            return probs, distance
 
     return IntentGraph().eval(), normalize
 
@@ -131,7 +142,12 @@ def export_model(
 
     model = IntentModel.load(ckpt, manifest=manifest)  # refuses a head order unlike the manifest's
     temperature = manifest.calibration.temperature
-    graph, normalize = _graph_module(model.setfit, temperature)
+    graph, normalize = _graph_module(model, temperature)
+    if (model.scope is None) != (manifest.in_scope is None):
+        raise ModelError(
+            f"{model_dir}: the checkpoint's in-scope distance and the manifest's in_scope disagree"
+        )
+    outputs = ["probabilities"] + ([manifest.in_scope.output] if manifest.in_scope else [])
 
     tokenizer = model.setfit.model_body.tokenizer
     tokenizer.backend_tokenizer.save(str(model_dir / TOKENIZER_FILE))
@@ -144,11 +160,11 @@ def export_model(
             (sample["input_ids"], sample["attention_mask"]),
             str(fp32_path),
             input_names=["input_ids", "attention_mask"],
-            output_names=["probabilities"],
+            output_names=outputs,
             dynamic_axes={
                 "input_ids": {0: "batch", 1: "sequence"},
                 "attention_mask": {0: "batch", 1: "sequence"},
-                "probabilities": {0: "batch"},
+                **{name: {0: "batch"} for name in outputs},
             },
             opset_version=OPSET,
             dynamo=False,
@@ -182,6 +198,7 @@ def export_model(
             labels=manifest.labels,
             max_seq_length=manifest.max_seq_length,
             temperature=manifest.calibration.temperature,
+            extra=graph_scope_metadata(manifest),
         )
     manifest.export = Export(
         opset=OPSET,
@@ -221,23 +238,38 @@ def check_parity(
     if not texts:
         raise ValueError("parity needs at least one text")
     torch_probs = model.predict_proba(texts)
+    torch_dist = model.in_scope_distance(texts)
     failures = []
     for name, variant in manifest.export.variants.items():
         clf = Classifier(model_dir, variant=name, manifest=manifest, require_parity=False, max_batch=1)
-        onnx_probs = clf.predict_proba(texts)
+        onnx_probs, onnx_dist = clf.predict(texts)
         agree = float((onnx_probs.argmax(1) == torch_probs.argmax(1)).mean())
         diff = float(np.abs(onnx_probs - torch_probs).max())
+        scope_agree = dist_diff = None
+        if torch_dist is not None and onnx_dist is not None:
+            limit = manifest.in_scope.threshold
+            scope_agree = float(((onnx_dist > limit) == (torch_dist > limit)).mean())
+            dist_diff = float((np.abs(onnx_dist - torch_dist) / np.maximum(torch_dist, 1e-9)).max())
         need = PARITY_MIN[name]
+        passed = agree >= need and (scope_agree is None or scope_agree >= need)
         variant.parity = Parity(
             n=len(texts),
             top1_agreement=agree,
             max_abs_prob_diff=diff,
+            in_scope_agreement=scope_agree,
+            max_rel_distance_diff=dist_diff,
             min_required=need,
-            passed=agree >= need,
+            passed=passed,
         )
+        scope_note = "" if scope_agree is None else f", in-scope flag agreement {scope_agree:.4f}"
         report(
-            f"parity {name}: top-1 agreement {agree:.4f} (need >= {need}), max |dp| {diff:.2e} on {len(texts)} texts"
+            f"parity {name}: top-1 agreement {agree:.4f} (need >= {need}), max |dp| {diff:.2e}{scope_note} "
+            f"on {len(texts)} texts"
         )
-        if agree < need:
-            failures.append(f"{name} parity failed: top-1 agreement {agree:.4f} < {need}")
+        if not passed:
+            failures.append(
+                f"{name} parity failed: top-1 agreement {agree:.4f}"
+                + ("" if scope_agree is None else f", in-scope flag agreement {scope_agree:.4f}")
+                + f" (need >= {need})"
+            )
     return failures

@@ -19,8 +19,10 @@ from pathlib import Path
 import numpy as np
 
 from eval.calibration import softmax
+from router.intents import OUT_OF_SCOPE
 from router.manifest import MANIFEST_NAME, Manifest, ModelError, load_manifest
 from training.config import TrainConfig, resolve_base_model
+from training.scope import InScopeDistance
 
 CHECKPOINT_DIR = "checkpoint"
 BACKENDS = ("auto", "onnx", "torch")
@@ -73,6 +75,7 @@ class IntentModel:
             f"{manifest.model_id}/torch" if manifest is not None else "unsaved/torch"
         )
         self.fit_seconds: dict[str, float] = {}
+        self.scope: InScopeDistance | None = None
 
     # ------------------------------------------------------------------------------- fitting
     def fit(
@@ -160,15 +163,38 @@ class IntentModel:
             head_seconds = time.perf_counter() - t0
         report(f"head fitted: {head_seconds:.1f}s")
         self.setfit, self.temperature = model, 1.0
+        self.scope = None
+        in_scope = [l for l in labels_in_data if l != OUT_OF_SCOPE]
+        if config.in_scope_distance and in_scope:
+            t0 = time.perf_counter()
+            self.scope = InScopeDistance.fit(
+                self.encode(texts), labels, in_scope, shrinkage=config.in_scope_shrinkage
+            )
+            report(f"in-scope distance fitted on {len(in_scope)} classes: {time.perf_counter() - t0:.1f}s")
         self.fit_seconds = {"contrastive": body_seconds, "head": head_seconds}
         return self
 
     def calibrate(self, texts: Sequence[str], labels: Sequence[str]) -> float:
-        """Fit the temperature on held-out rows (minimum NLL); returns it."""
+        """Fit the temperature on held-out rows (minimum NLL), and the in-scope distance threshold on
+        their in-scope rows; returns the temperature."""
         from training.calibrate import fit_temperature
 
-        self.temperature = fit_temperature(self.logits(texts), self.label_ids(labels))
+        emb = self.encode(texts)
+        self.temperature = fit_temperature(self._head_logits(emb), self.label_ids(labels))
+        in_scope = np.array([l != OUT_OF_SCOPE for l in labels])
+        if self.scope is not None and in_scope.any():
+            self.scope.fit_threshold(emb[in_scope], keep=self.config.in_scope_keep)
         return self.temperature
+
+    @property
+    def distance_threshold(self) -> float | None:
+        return self.scope.threshold if self.scope is not None else None
+
+    def in_scope_distance(self, texts: Sequence[str]) -> np.ndarray | None:
+        """Distance of each message to the nearest in-scope class (None without a fitted distance)."""
+        if self.scope is None:
+            return None
+        return self.scope.distance(self.encode(texts)) if list(texts) else np.zeros(0)
 
     # ---------------------------------------------------------------------------- predicting
     @property
@@ -192,7 +218,10 @@ class IntentModel:
 
     def logits(self, texts: Sequence[str]) -> np.ndarray:
         """Raw class scores of the fitted logistic head, in ``labels`` order."""
-        scores = np.asarray(self.setfit.model_head.decision_function(self.encode(texts)), dtype=np.float64)
+        return self._head_logits(self.encode(texts))
+
+    def _head_logits(self, embeddings: np.ndarray) -> np.ndarray:
+        scores = np.asarray(self.setfit.model_head.decision_function(embeddings), dtype=np.float64)
         if scores.ndim == 1:  # binary head: predict_proba is sigmoid(s) == softmax([0, s])
             scores = np.stack([np.zeros_like(scores), scores], axis=1)
         return scores
@@ -206,6 +235,8 @@ class IntentModel:
     # ------------------------------------------------------------------------------- storage
     def save(self, directory: str | Path) -> Path:
         self.setfit.save_pretrained(str(directory))
+        if self.scope is not None:
+            self.scope.save(directory)
         return Path(directory)
 
     @classmethod
@@ -223,6 +254,7 @@ class IntentModel:
             manifest=manifest,
             model_id=None if manifest is not None else f"{checkpoint.resolve().name}/torch",
         )
+        model.scope = InScopeDistance.load(checkpoint)
         if manifest is not None and list(manifest.labels) != model.labels:
             raise ModelError(
                 f"{checkpoint}: head label order {model.labels} differs from the manifest's {manifest.labels}"

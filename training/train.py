@@ -13,8 +13,8 @@ from pathlib import Path
 from eval.calibration import softmax, summary
 from eval.data import load_labeled
 from eval.evaluator import split_metrics
-from router.intents import INTENTS
-from router.manifest import Calibration, Manifest, package_versions, sha256_file
+from router.intents import LABELS
+from router.manifest import Calibration, InScope, Manifest, package_versions, sha256_file
 from training.config import TrainConfig
 from training.model import CHECKPOINT_DIR, IntentModel
 
@@ -45,9 +45,9 @@ def train(
     out_dir = Path(out_dir)
     t_start = time.perf_counter()
 
-    train_rows = load_labeled(config.train_file, labels=INTENTS)
-    dev_rows = load_labeled(config.dev_file, labels=INTENTS)
-    test_rows = load_labeled(config.test_file, labels=INTENTS) if config.test_file else None
+    train_rows = load_labeled(config.train_file, labels=LABELS)
+    dev_rows = load_labeled(config.dev_file, labels=LABELS)
+    test_rows = load_labeled(config.test_file, labels=LABELS) if config.test_file else None
     labels_in_data = sorted(set(train_rows.labels))
     if len(labels_in_data) < 2:
         raise ValueError(f"{config.train_file}: need at least two labels to train, found {labels_in_data}")
@@ -71,6 +71,10 @@ def train(
         metrics[split] = split_metrics(softmax(logits, temperature), y, labels)
     calib_seconds = time.perf_counter() - t0
     report(f"temperature {temperature:.3f} fitted on dev ({len(dev_rows)} rows)")
+    if model.distance_threshold is not None:
+        report(
+            f"in-scope distance threshold {model.distance_threshold:.1f} (keeps {config.in_scope_keep:.1%} of dev in scope)"
+        )
 
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save(out_dir / CHECKPOINT_DIR)
@@ -105,9 +109,19 @@ def train(
         },
         calibration=calib,
         metrics=metrics,
+        in_scope=_in_scope_section(model),
     )
     manifest.save(out_dir)
     return manifest
+
+
+def _in_scope_section(model: IntentModel) -> InScope | None:
+    scope = model.scope
+    if scope is None or scope.threshold is None:
+        return None
+    return InScope(
+        classes=scope.classes, shrinkage=scope.shrinkage, threshold=scope.threshold, keep=scope.keep
+    )
 
 
 def summary_rows(manifest: Manifest) -> tuple[str, list[str], list[list[str]]]:

@@ -6,7 +6,7 @@ import json
 import re
 from typing import Any
 
-from router.intents import INTENTS
+from router.intents import LABELS
 from router.verifier.base import (
     ACCEPTED,
     INVALID_INTENT,
@@ -49,8 +49,8 @@ def validate_output(content: str) -> tuple[str, str | None, str | None, str | No
         return INVALID_JSON, None, None, "the JSON object has no 'intent'"
     intent = obj["intent"]
     norm = intent.strip().upper() if isinstance(intent, str) else None
-    if norm not in INTENTS:
-        return INVALID_INTENT, None, None, f"intent {str(intent)[:40]!r} is not one of {', '.join(INTENTS)}"
+    if norm not in LABELS:
+        return INVALID_INTENT, None, None, f"intent {str(intent)[:40]!r} is not one of {', '.join(LABELS)}"
     code = obj.get("reason_code")
     code_norm = code.strip().lower().replace("-", "_").replace(" ", "_") if isinstance(code, str) else None
     if code_norm not in VERIFIER_REASON_CODES:

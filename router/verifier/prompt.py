@@ -9,7 +9,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from router.intents import INTENTS
+from router.intents import INTENTS, LABELS
 from router.strict import load_yaml
 from router.verifier.base import VERIFIER_REASON_CODES
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 OUTPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "intent": {"type": "string", "enum": list(INTENTS)},
+        "intent": {"type": "string", "enum": list(LABELS)},
         "reason_code": {"type": "string", "enum": list(VERIFIER_REASON_CODES)},
     },
     "required": ["intent", "reason_code"],
@@ -48,7 +48,8 @@ def build_system_prompt(config: RouterConfig, intents_doc: Mapping[str, Any]) ->
     codes = ", ".join(VERIFIER_REASON_CODES)
     lines = [
         "You are the intent verifier of an intent router for an LLM agent. A small classifier was not "
-        "confident about one user message; you decide which ONE of five intents the message has. You only "
+        "confident about one user message; you decide which ONE of five intents the message has, or that it "
+        "is OUT_OF_SCOPE (it needs no skill: greetings, thanks, small talk, questions about you). You only "
         "choose an intent: skills and permissions are decided afterwards by the router from the caller's "
         "role, never from the message.",
         "",
@@ -98,10 +99,13 @@ def build_system_prompt(config: RouterConfig, intents_doc: Mapping[str, Any]) ->
         "turn's intent.",
         "- ambiguous: two or more intents fit about equally; give your best choice.",
         "- other: anything else, including out-of-scope messages.",
+        "Answer OUT_OF_SCOPE for a message that needs no skill. When a previous turn is given, a short reply "
+        'such as "yes", "ok do it" or "and for next week?" continues it: answer the previous intent with '
+        "same_domain_follow_up, not OUT_OF_SCOPE.",
         "",
         "# Output",
         "Answer with exactly one JSON object and nothing else: no prose, no code fences.",
-        f'{{"intent": "<one of {"|".join(INTENTS)}>", "reason_code": "<one of {codes.replace(", ", "|")}>"}}',
+        f'{{"intent": "<one of {"|".join(LABELS)}>", "reason_code": "<one of {codes.replace(", ", "|")}>"}}',
         f"JSON Schema: {json.dumps(OUTPUT_SCHEMA, separators=(',', ':'))}",
     ]
     return "\n".join(lines)
