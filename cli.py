@@ -779,6 +779,7 @@ def score(
         None, "--ray", help="Run on Ray Data: a cluster address, or 'local' to start a local Ray."
     ),
     workers: int = typer.Option(2, help="Ray actors (one Router each)."),
+    chunk_rows: int = typer.Option(2048, help="Rows per part file: the most a crash makes you score again."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Discard earlier output or parts."),
     max_rows: int | None = typer.Option(None, hidden=True, help="Stop after N rows (tests, benchmarks)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
@@ -799,6 +800,7 @@ def score(
         model_dir=str(model) if model else None,
         config=str(config) if config else None,
         threshold=threshold,
+        chunk_rows=chunk_rows,
     )
     try:
         if ray is not None:

@@ -65,7 +65,9 @@ class RayRunner:
             # several blocks per window so every actor gets work
             n_blocks = max(1, min(self.workers * 4, t.num_rows // self.batch_size or 1))
             step = -(-t.num_rows // n_blocks)
-            ds = ray.data.from_arrow([t.slice(i, step) for i in range(0, t.num_rows, step)])
+            ds = ray.data.from_arrow([t.slice(i, step) for i in range(0, t.num_rows, step)]).repartition(
+                n_blocks
+            )
             out = ds.map_batches(
                 RouterActor,
                 fn_constructor_args=(self.opts, self.ort_threads),
