@@ -16,7 +16,21 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-WORDS = "please today asap again now quickly thanks team project budget the for with".split()
+WORDS = [
+    "please",
+    "today",
+    "asap",
+    "again",
+    "now",
+    "quickly",
+    "thanks",
+    "team",
+    "project",
+    "budget",
+    "the",
+    "for",
+    "with",
+]
 
 
 def synthetic(path: Path, rows: int, seed: int = 0) -> Path:
