@@ -62,7 +62,8 @@ class RayRunner:
             t = pa.table(b)
             in_schema = in_schema or _input_schema(t)
             t = t.cast(in_schema)
-            # several blocks per window so every actor gets work
+            # several blocks per window so every actor gets work (no repartition: its tasks would need
+            # CPUs that the actors hold, and a local Ray with num_cpus=workers would wait forever)
             n_blocks = max(1, min(self.workers * 4, t.num_rows // self.batch_size or 1))
             step = -(-t.num_rows // n_blocks)
             ds = ray.data.from_arrow([t.slice(i, step) for i in range(0, t.num_rows, step)]).repartition(
@@ -73,7 +74,7 @@ class RayRunner:
                 fn_constructor_args=(self.opts, self.ort_threads),
                 batch_size=self.batch_size,
                 batch_format="pyarrow",
-                concurrency=self.workers,
+                compute=ray.data.ActorPoolStrategy(size=self.workers),
                 num_cpus=1,
             )
             tables = [tb for tb in out.iter_batches(batch_format="pyarrow", batch_size=None)]
