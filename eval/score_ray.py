@@ -66,9 +66,7 @@ class RayRunner:
             # CPUs that the actors hold, and a local Ray with num_cpus=workers would wait forever)
             n_blocks = max(1, min(self.workers * 4, t.num_rows // self.batch_size or 1))
             step = -(-t.num_rows // n_blocks)
-            ds = ray.data.from_arrow([t.slice(i, step) for i in range(0, t.num_rows, step)]).repartition(
-                n_blocks
-            )
+            ds = ray.data.from_arrow([t.slice(i, step) for i in range(0, t.num_rows, step)])
             out = ds.map_batches(
                 RouterActor,
                 fn_constructor_args=(self.opts, self.ort_threads),
