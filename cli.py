@@ -716,9 +716,10 @@ def serve(
     max_body_bytes: int = typer.Option(1_048_576, help="Larger request bodies get 413."),
     max_messages: int = typer.Option(64, help="More messages in one request get 422."),
     max_chars: int = typer.Option(10_000, help="Longer messages get 422."),
-    microbatch: bool = typer.Option(False, help="Batch concurrent requests into one route_batch call."),
-    inference_threads: int = typer.Option(1, help="Concurrent route() calls (no verifier)."),
-    ort_threads: int | None = typer.Option(None, help="onnxruntime intra-op threads (default: all cores)."),
+    inference_threads: int = typer.Option(
+        0, help="Concurrent route() calls without a verifier; 0: one per core."
+    ),
+    ort_threads: int = typer.Option(1, help="onnxruntime intra-op threads per call (0: all cores)."),
     verifier_url: str | None = typer.Option(
         None, envvar="INTENT_ROUTER_VERIFIER_URL", help="OpenAI-compatible base URL for the LLM verifier."
     ),
@@ -746,9 +747,8 @@ def serve(
             max_body_bytes=max_body_bytes,
             max_messages=max_messages,
             max_chars=max_chars,
-            microbatch=microbatch,
             inference_threads=inference_threads,
-            ort_threads=ort_threads,
+            ort_threads=ort_threads or None,
             verifier_url=verifier_url,
             verifier_model=verifier_model,
             verifier_timeout=verifier_timeout,

@@ -1,4 +1,4 @@
-"""Load-test `intent-router serve` on 127.0.0.1: ``python -m eval.bench_serve [--microbatch]``.
+"""Load-test `intent-router serve` on 127.0.0.1: ``python -m eval.bench_serve [--server-args=...]``.
 
 Starts the server in its own process (with a key file), and drives it from this process with a
 small asyncio HTTP/1.1 client (keep-alive, no third-party code, so the generator costs little CPU
@@ -92,15 +92,20 @@ def _body(msg: str, role: str = "viewer") -> bytes:
     return json.dumps({"role": role, "message": msg}).encode()
 
 
-async def sequential(port: int, msgs: list[str], n: int) -> list[float]:
-    c, lat = Conn(port), []
+async def paired(port: int, router, msgs: list[str], n: int) -> tuple[list[float], list[float]]:
+    """Each message in-process, then over HTTP, alternately: both see the same machine load."""
+    c, local, http = Conn(port), [], []
     for i in range(n):
+        m = msgs[i % len(msgs)]
         t0 = time.perf_counter()
-        s, _ = await c.request(_body(msgs[i % len(msgs)]))
-        lat.append(time.perf_counter() - t0)
+        router.route(m, "viewer")
+        local.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        s, _ = await c.request(_body(m))
+        http.append(time.perf_counter() - t0)
         assert s == 200, s
     c.close()
-    return lat
+    return local, http
 
 
 async def open_loop(port: int, msgs: list[str], rate: float, seconds: float) -> dict:
@@ -221,23 +226,17 @@ def start_server(port: int, keyfile: Path, extra: list[str]) -> subprocess.Popen
     raise RuntimeError("server did not become ready")
 
 
-def in_process(msgs: list[str], n: int) -> dict:
+def load_router():
     from router.routing import Router
 
     r = Router.load()
-    for m in msgs[:20]:
+    for m in ("where is the travel policy", "restart the indexing service"):
         r.route(m, "viewer")
-    lat = []
-    for i in range(n):
-        t0 = time.perf_counter()
-        r.route(msgs[i % len(msgs)], "viewer")
-        lat.append(time.perf_counter() - t0)
-    return _pct(lat)
+    return r
 
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--microbatch", action="store_true")
     p.add_argument("--rates", default="100,200,300,400,500", help="open-loop requests/s to try")
     p.add_argument("--seconds", type=float, default=8.0, help="per open-loop rate / closed-loop run")
     p.add_argument("--sequential", type=int, default=500)
@@ -256,12 +255,13 @@ def main(argv: list[str] | None = None) -> dict:
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    extra = (["--microbatch"] if a.microbatch else []) + a.server_args.split()
-    out: dict = {"microbatch": a.microbatch, "load_avg_before": os.getloadavg()}
-    out["in_process"] = in_process(msgs, a.sequential)
+    extra = a.server_args.split()
+    out: dict = {"server_args": extra, "load_avg_before": os.getloadavg()}
+    router = load_router()
     proc = start_server(port, kf, extra)
     try:
-        seq = asyncio.run(sequential(port, msgs, a.sequential))
+        local, seq = asyncio.run(paired(port, router, msgs, a.sequential))
+        out["in_process"] = _pct(local)
         out["http_sequential"] = _pct(seq)
         out["http_added_p50_ms"] = round(out["http_sequential"]["p50"] - out["in_process"]["p50"], 3)
         out["open_loop"] = []

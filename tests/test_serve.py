@@ -344,36 +344,7 @@ def test_openapi_has_the_decision_schema(server):
     assert "messages" in post["requestBody"]["content"]["application/json"]["schema"]["properties"]
 
 
-# ------------------------------------------------------------- microbatching, verifier, shutdown
-def test_microbatch_mode_routes_concurrent_requests(tmp_path):
-    s = Server("--microbatch", tmp=tmp_path)
-    try:
-        msgs = [
-            "restart the indexing service",
-            "where is the travel policy",
-            "what did we discuss earlier",
-        ] * 6
-        roles = ["admin", "viewer"] * 9
-        out = [None] * len(msgs)
-
-        def one(i):
-            with httpx.Client(base_url=s.url, timeout=10) as c:
-                out[i] = c.post("/v1/route", json={"role": roles[i], "message": msgs[i]}).json()["decisions"][
-                    0
-                ]
-
-        ts = [threading.Thread(target=one, args=(i,)) for i in range(len(msgs))]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-        assert [d["intent"] for d in out] == ["ACTION", "SEARCH", "MEMORY"] * 6
-        assert [d["role"] for d in out] == roles
-        assert 'intent_router_stage_seconds_count{stage="queue"}' in s.client.get("/metrics").text
-    finally:
-        s.stop()
-
-
+# -------------------------------------------------------------------------- verifier, shutdown
 def test_slow_verifier_blocks_nobody_and_shutdown_finishes_in_flight(tmp_path):
     llm = OpenAIServer().start()
     llm.default = Reply(content='{"intent": "SEARCH", "reason_code": "fresh_request"}', delay=2.0)

@@ -11,8 +11,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import queue
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -70,87 +68,25 @@ def _error(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
 
 # ------------------------------------------------------------------------------------ engine
 class Engine:
-    """Runs route_batch off the event loop: a thread pool, or one micro-batching thread."""
+    """Runs route_batch in a thread pool, off the event loop.
+
+    Micro-batching concurrent requests into one route_batch call was measured and dropped: on 2 cores
+    it lowered throughput and raised latency under load (docs/serve.md)."""
 
     def __init__(self, router, settings: ServeSettings, metrics: Metrics) -> None:
         self.router = router
         self.metrics = metrics
-        has_verifier = router.verifier is not None
-        self.microbatch = settings.microbatch and not has_verifier  # a slow verify would stall a batch
-        self.max_batch = settings.max_batch
-        threads = settings.verifier_threads if has_verifier else settings.inference_threads
+        threads = settings.verifier_threads if router.verifier is not None else settings.inference_threads
         self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="route")
-        self._q: queue.SimpleQueue | None = None
-        self._thread: threading.Thread | None = None
-        if self.microbatch:
-            self._q = queue.SimpleQueue()
-            self._thread = threading.Thread(target=self._batch_loop, name="microbatch", daemon=True)
-            self._thread.start()
 
     async def route(self, texts: list[str], role: str) -> list[Decision]:
         loop = asyncio.get_running_loop()
-        if self._q is not None:
-            fut = loop.create_future()
-            self._q.put((texts, role, fut, loop, time.perf_counter()))
-            return await fut
         decisions = await loop.run_in_executor(self.pool, self.router.route_batch, texts, role)
         self.metrics.batch_size.observe(len(texts))
         return decisions
 
-    def _batch_loop(self) -> None:
-        """Take what is waiting (no timer: an idle server routes a lone request at once), group by role,
-        one route_batch per role."""
-        q = self._q
-        while True:
-            item = q.get()
-            if item is None:
-                return
-            items, n = [item], len(item[0])
-            while n < self.max_batch:
-                try:
-                    nxt = q.get_nowait()
-                except queue.Empty:
-                    break
-                if nxt is None:
-                    q.put(None)
-                    break
-                items.append(nxt)
-                n += len(nxt[0])
-            now = time.perf_counter()
-            by_role: dict[str, list] = {}
-            for it in items:
-                self.metrics.stage_seconds.labels(stage="queue").observe(now - it[4])
-                by_role.setdefault(it[1], []).append(it)
-            for role, group in by_role.items():
-                texts = [t for it in group for t in it[0]]
-                try:
-                    decisions = self.router.route_batch(texts, role)
-                    self.metrics.batch_size.observe(len(texts))
-                except Exception as e:  # deliver the failure to every waiting request
-                    for it in group:
-                        it[3].call_soon_threadsafe(_set_exception, it[2], e)
-                    continue
-                start = 0
-                for it in group:
-                    part = decisions[start : start + len(it[0])]
-                    start += len(it[0])
-                    it[3].call_soon_threadsafe(_set_result, it[2], part)
-
     def close(self) -> None:
-        if self._q is not None:
-            self._q.put(None)
-            self._thread.join(timeout=30)
         self.pool.shutdown(wait=True)
-
-
-def _set_result(fut: asyncio.Future, value) -> None:
-    if not fut.done():
-        fut.set_result(value)
-
-
-def _set_exception(fut: asyncio.Future, e: BaseException) -> None:
-    if not fut.done():
-        fut.set_exception(e)
 
 
 # ------------------------------------------------------------------------------------- state

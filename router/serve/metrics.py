@@ -24,7 +24,7 @@ class Metrics:
         )
         self.stage_seconds = Histogram(
             p + "stage_seconds",
-            "Per-message time by stage: tokenize, inference, verifier, route (route() total), queue",
+            "Per-message time by stage: tokenize, inference, verifier, route (route() total)",
             ["stage"],
             buckets=BUCKETS,
             registry=r,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,11 +32,9 @@ class ServeSettings:
     max_messages: int = 64  # per request; 422 above this
     max_chars: int = 10_000  # per message; 422 above this
     # execution
-    microbatch: bool = False  # measured: no gain on 2 cores (docs/serve.md); kept as an option
-    max_batch: int = 32
-    inference_threads: int = 1  # concurrent route() calls without a verifier
+    inference_threads: int = 0  # concurrent route() calls without a verifier; 0: one per core
     verifier_threads: int = 32  # concurrent route() calls with a verifier (they wait on HTTP)
-    ort_threads: int | None = None  # onnxruntime intra-op threads (None: $INTENT_ROUTER_THREADS or all)
+    ort_threads: int | None = 1  # onnxruntime intra-op threads per call (None: $INTENT_ROUTER_THREADS or all)
     verifier_url: str | None = None
     verifier_model: str | None = None
     verifier_timeout: float | None = None
@@ -45,11 +44,13 @@ class ServeSettings:
     load_delay: float = 0.0  # seconds to wait before loading the model (tests, staged rollouts)
 
     def __post_init__(self) -> None:
-        for name in ("max_body_bytes", "max_messages", "max_chars", "max_batch"):
+        for name in ("max_body_bytes", "max_messages", "max_chars"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.inference_threads == 0:
+            self.inference_threads = min(8, os.cpu_count() or 1)
         if self.inference_threads < 1 or self.verifier_threads < 1:
-            raise ValueError("inference_threads and verifier_threads must be >= 1")
+            raise ValueError("inference_threads must be >= 0 and verifier_threads >= 1")
         if self.key_file is None and not is_loopback(self.host):
             raise ValueError(
                 f"refusing to listen on {self.host} without a key file: without credentials any caller "
