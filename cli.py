@@ -775,8 +775,11 @@ def score(
     model: Path | None = typer.Option(None, help="Exported model directory (default: the shipped model)."),
     config: Path | None = typer.Option(None, help="Router config YAML."),
     threshold: float | None = typer.Option(None, help="Override the confidence threshold."),
-    ray: str | None = typer.Option(
-        None, "--ray", help="Run on Ray Data: a cluster address, or 'local' to start a local Ray."
+    ray: bool = typer.Option(False, "--ray", help="Run the routing on Ray Data (extra 'scale')."),
+    ray_address: str | None = typer.Option(
+        None,
+        envvar="RAY_ADDRESS",
+        help="Ray cluster to join (e.g. ray://head:10001); none: start a local Ray.",
     ),
     workers: int = typer.Option(2, help="Ray actors (one Router each)."),
     chunk_rows: int = typer.Option(2048, help="Rows per part file: the most a crash makes you score again."),
@@ -803,10 +806,10 @@ def score(
         chunk_rows=chunk_rows,
     )
     try:
-        if ray is not None:
+        if ray:
             from eval.score_ray import score_file_ray
 
-            address = None if ray in ("", "local") else ray
+            address = ray_address or None
             summary = score_file_ray(
                 input,
                 out,

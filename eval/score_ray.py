@@ -98,12 +98,14 @@ def score_file_ray(
     *,
     address: str | None = None,
     workers: int = 2,
-    window_rows: int = 50_000,
+    window_rows: int | None = None,
     overwrite: bool = False,
     progress: bool = True,
     max_rows: int | None = None,
 ) -> dict:
     opts = opts or ScoreOptions()
+    # big enough that each window's barrier (slowest block, actor start) stays a small share of its time
+    window_rows = window_rows or max(50_000, 5_000 * workers)
     runner = RayRunner(opts, address=address, workers=workers)
     try:
         summary = score_file(

@@ -162,7 +162,6 @@ def test_resume_after_a_kill(tmp_path):
     assert not pdir.exists()
 
 
-@pytest.mark.slow
 def test_ray_local_matches_local(tmp_path):
     pytest.importorskip("ray")
     from eval.score_ray import score_file_ray
@@ -179,3 +178,24 @@ def test_ray_local_matches_local(tmp_path):
     assert a.column("intent").to_pylist() == b.column("intent").to_pylist()
     assert a.column("id").to_pylist() == b.column("id").to_pylist()
     assert s["metrics"]["accuracy"] > 0.9
+
+
+def test_cli_score_prints_a_summary(tmp_path):
+    inp = write_jsonl(tmp_path / "in.jsonl", corpus(40))
+    out = tmp_path / "out.jsonl"
+    cmd = [
+        sys.executable,
+        str(ROOT / "cli.py"),
+        "score",
+        str(inp),
+        "--out",
+        str(out),
+        "--model",
+        SHIPPED,
+        "-q",
+    ]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.strip().splitlines()[-1])["rows"] == 40
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "exists" in r.stderr
