@@ -540,6 +540,133 @@ def bench_dataset(
     return result
 
 
+# ------------------------------------------------------------------------------ serve and score
+@app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1", help="Address to listen on; non-loopback needs --key-file."),
+    port: int = typer.Option(8080, help="TCP port."),
+    key_file: Path | None = typer.Option(
+        None, envvar="INTENT_ROUTER_KEY_FILE", help="YAML/JSON: API key sha256 -> roles (docs/serve.md)."
+    ),
+    model: Path | None = typer.Option(None, help="Exported model directory (default: the shipped model)."),
+    config: Path | None = typer.Option(None, help="Router config YAML (skills, roles, threshold)."),
+    threshold: float | None = typer.Option(None, help="Override the confidence threshold, in (0, 1]."),
+    max_body_bytes: int = typer.Option(1_048_576, help="Larger request bodies get 413."),
+    max_messages: int = typer.Option(64, help="More messages in one request get 422."),
+    max_chars: int = typer.Option(10_000, help="Longer messages get 422."),
+    inference_threads: int = typer.Option(
+        0, help="Concurrent route() calls without a verifier; 0: one per core."
+    ),
+    ort_threads: int = typer.Option(1, help="onnxruntime intra-op threads per call (0: all cores)."),
+    verifier_url: str | None = typer.Option(
+        None, envvar="INTENT_ROUTER_VERIFIER_URL", help="OpenAI-compatible base URL for the LLM verifier."
+    ),
+    verifier_model: str | None = typer.Option(None, envvar="INTENT_ROUTER_VERIFIER_MODEL"),
+    verifier_timeout: float | None = typer.Option(None, help="Seconds per verifier HTTP request."),
+    graceful_timeout: float = typer.Option(30.0, help="Seconds to finish requests in flight on shutdown."),
+    load_delay: float = typer.Option(0.0, hidden=True, help="Wait before loading the model (tests)."),
+    log_level: str = typer.Option("info"),
+) -> None:
+    """Serve the router over HTTP (extra 'serve'): POST /v1/route, /healthz, /readyz, /metrics."""
+    try:
+        from router.serve import ServeSettings
+        from router.serve.app import run
+        from router.serve.auth import KeyFileError
+    except ImportError as e:
+        raise _fail(f"{e}; install the server with: pip install '.[serve]'") from None
+    try:
+        settings = ServeSettings(
+            host=host,
+            port=port,
+            key_file=key_file,
+            model_dir=model,
+            config=config,
+            threshold=threshold,
+            max_body_bytes=max_body_bytes,
+            max_messages=max_messages,
+            max_chars=max_chars,
+            inference_threads=inference_threads,
+            ort_threads=ort_threads or None,
+            verifier_url=verifier_url,
+            verifier_model=verifier_model,
+            verifier_timeout=verifier_timeout,
+            graceful_timeout=graceful_timeout,
+            load_delay=load_delay,
+            log_level=log_level,
+        )
+        run(settings)
+    except (ValueError, KeyFileError) as e:
+        raise _fail(str(e), code=2) from None
+
+
+@app.command()
+def score(
+    input: Path = typer.Argument(..., help="JSONL / CSV / TSV / Parquet file of messages."),
+    out: Path = typer.Option(..., "--out", "-o", help="Decisions: .parquet or .jsonl."),
+    role: str = typer.Option("viewer", help="Role to route for (RBAC)."),
+    text_column: str = typer.Option("text", help="Column with the message."),
+    label_column: str = typer.Option("label", help="Column with the true intent (--with-labels)."),
+    id_column: str | None = typer.Option(None, help="Column copied to the output as 'id'."),
+    with_labels: bool = typer.Option(False, "--with-labels", help="Add accuracy and the confusion matrix."),
+    skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Write invalid rows with an 'error'."),
+    keep_text: bool = typer.Option(False, "--keep-text", help="Copy the message into the output."),
+    model: Path | None = typer.Option(None, help="Exported model directory (default: the shipped model)."),
+    config: Path | None = typer.Option(None, help="Router config YAML."),
+    threshold: float | None = typer.Option(None, help="Override the confidence threshold."),
+    ray: bool = typer.Option(False, "--ray", help="Run the routing on Ray Data (extra 'scale')."),
+    ray_address: str | None = typer.Option(
+        None,
+        envvar="RAY_ADDRESS",
+        help="Ray cluster to join (e.g. ray://head:10001); none: start a local Ray.",
+    ),
+    workers: int = typer.Option(2, help="Ray actors (one Router each)."),
+    chunk_rows: int = typer.Option(2048, help="Rows per part file: the most a crash makes you score again."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Discard earlier output or parts."),
+    max_rows: int | None = typer.Option(None, hidden=True, help="Stop after N rows (tests, benchmarks)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+) -> None:
+    """Route every message of a file and write the decisions; resumes after a crash (docs/score.md)."""
+    try:
+        from eval.score import ScoreError, ScoreOptions, score_file
+    except ImportError as e:
+        raise _fail(f"{e}; install with: pip install '.[scale]'") from None
+    opts = ScoreOptions(
+        role=role,
+        text_column=text_column,
+        label_column=label_column,
+        id_column=id_column,
+        with_labels=with_labels,
+        skip_invalid=skip_invalid,
+        keep_text=keep_text,
+        model_dir=str(model) if model else None,
+        config=str(config) if config else None,
+        threshold=threshold,
+        chunk_rows=chunk_rows,
+    )
+    try:
+        if ray:
+            from eval.score_ray import score_file_ray
+
+            address = ray_address or None
+            summary = score_file_ray(
+                input,
+                out,
+                opts,
+                address=address,
+                workers=workers,
+                overwrite=overwrite,
+                progress=not quiet,
+                max_rows=max_rows,
+            )
+        else:
+            summary = score_file(input, out, opts, overwrite=overwrite, progress=not quiet, max_rows=max_rows)
+    except ImportError as e:
+        raise _fail(f"{e}; install with: pip install '.[scale]'") from None
+    except (ScoreError, ValueError, FileNotFoundError) as e:
+        raise _fail(str(e)) from None
+    print(json.dumps(summary))
+
+
 def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     app()

@@ -1,0 +1,289 @@
+"""Load-test `intent-router serve` on 127.0.0.1: ``python -m eval.bench_serve [--server-args=...]``.
+
+Starts the server in its own process (with a key file), and drives it from this process with a
+small asyncio HTTP/1.1 client (keep-alive, no third-party code, so the generator costs little CPU
+beside the server on a 2-core machine). Prints JSON with:
+
+- ``in_process``: p50/p99 of Router.route() on the same messages, and ``http_sequential``: one client,
+  one request at a time; ``http_added_p50_ms`` is the difference;
+- ``open_loop``: fixed request rates (arrivals on a timer, not waiting for answers; latency counted
+  from the scheduled send time, so a stalled server cannot hide its queue), and ``max_rate_p99_20ms``;
+- ``closed_loop_32``: throughput and latency with 32 clients sending back to back;
+- ``faults``: 1,000 malformed requests -> status counts (must be 4xx only), and a valid request after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+KEY = "ir_bench-key-000000000000000000000000"
+
+
+def _pct(xs: list[float]) -> dict:
+    if not xs:
+        return {}
+    a = np.asarray(xs) * 1000
+    return {k: round(float(np.percentile(a, q)), 3) for k, q in (("p50", 50), ("p90", 90), ("p99", 99))} | {
+        "max": round(float(a.max()), 3)
+    }
+
+
+class Conn:
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.r = self.w = None
+
+    async def open(self) -> None:
+        self.r, self.w = await asyncio.open_connection("127.0.0.1", self.port)
+
+    async def request(self, body: bytes, headers: dict[str, str] | None = None, path: str = "/v1/route"):
+        if self.w is None:
+            await self.open()
+        h = {"Host": "127.0.0.1", "Content-Type": "application/json", "Content-Length": str(len(body))}
+        h.update(headers if headers is not None else {"X-API-Key": KEY})
+        head = f"POST {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in h.items()) + "\r\n"
+        try:
+            self.w.write(head.encode("latin-1") + body)
+            await self.w.drain()
+            status_line = await self.r.readline()
+            if not status_line:
+                raise ConnectionError("closed")
+            status = int(status_line.split()[1])
+            length, close = 0, False
+            while True:
+                line = await self.r.readline()
+                if line in (b"\r\n", b""):
+                    break
+                k, _, v = line.decode("latin-1").partition(":")
+                k = k.strip().lower()
+                if k == "content-length":
+                    length = int(v)
+                elif k == "connection" and "close" in v.lower():
+                    close = True
+            data = await self.r.readexactly(length)
+        except (ConnectionError, asyncio.IncompleteReadError, OSError):
+            self.close()
+            return 0, b""
+        if close:
+            self.close()
+        return status, data
+
+    def close(self) -> None:
+        if self.w is not None:
+            self.w.close()
+        self.r = self.w = None
+
+
+def _body(msg: str, role: str = "viewer") -> bytes:
+    return json.dumps({"role": role, "message": msg}).encode()
+
+
+async def paired(port: int, router, msgs: list[str], n: int) -> tuple[list[float], list[float]]:
+    """Each message in-process, then over HTTP, alternately: both see the same machine load."""
+    c, local, http = Conn(port), [], []
+    for i in range(n):
+        m = msgs[i % len(msgs)]
+        t0 = time.perf_counter()
+        router.route(m, "viewer")
+        local.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        s, _ = await c.request(_body(m))
+        http.append(time.perf_counter() - t0)
+        assert s == 200, s
+    c.close()
+    return local, http
+
+
+async def open_loop(port: int, msgs: list[str], rate: float, seconds: float) -> dict:
+    idle: list[Conn] = []
+    lat: list[float] = []
+    errors = 0
+    n = int(rate * seconds)
+    start = time.perf_counter() + 0.05
+
+    async def one(i: int, at: float) -> None:
+        nonlocal errors
+        c = idle.pop() if idle else Conn(port)
+        s, _ = await c.request(_body(msgs[i % len(msgs)]))
+        lat.append(time.perf_counter() - at)
+        if s != 200:
+            errors += 1
+        idle.append(c)
+
+    tasks = []
+    for i in range(n):
+        at = start + i / rate
+        delay = at - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(i, at)))
+    await asyncio.gather(*tasks)
+    wall = time.perf_counter() - start
+    for c in idle:
+        c.close()
+    return {"rate": rate, "sent": n, "errors": errors, "achieved_rps": round(n / wall, 1), **_pct(lat)}
+
+
+async def closed_loop(port: int, msgs: list[str], clients: int, seconds: float) -> dict:
+    lat: list[float] = []
+    end = time.perf_counter() + seconds
+    errors = 0
+
+    async def worker(k: int) -> None:
+        nonlocal errors
+        c, i = Conn(port), k
+        while time.perf_counter() < end:
+            t0 = time.perf_counter()
+            s, _ = await c.request(_body(msgs[i % len(msgs)]))
+            lat.append(time.perf_counter() - t0)
+            errors += s != 200
+            i += clients
+        c.close()
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker(k) for k in range(clients)))
+    wall = time.perf_counter() - t0
+    return {
+        "clients": clients,
+        "requests": len(lat),
+        "errors": errors,
+        "rps": round(len(lat) / wall, 1),
+        **_pct(lat),
+    }
+
+
+def malformed(i: int, msgs: list[str]) -> tuple[bytes, dict[str, str] | None]:
+    """1,000 kinds of wrong: bad JSON, wrong types, huge bodies, unknown roles, missing or bad keys."""
+    m = msgs[i % len(msgs)]
+    kind = i % 10
+    auth = {"X-API-Key": KEY}
+    if kind == 0:
+        return b'{"role": "viewer", "message": ' + m.encode()[: i % 20], auth  # truncated JSON
+    if kind == 1:
+        return bytes(random.Random(i).getrandbits(8) for _ in range(64)), auth  # binary junk
+    if kind == 2:
+        return json.dumps({"role": "viewer", "message": i}).encode(), auth  # wrong type
+    if kind == 3:
+        return json.dumps({"role": ["admin"], "messages": m}).encode(), auth  # wrong types
+    if kind == 4:
+        return json.dumps({"role": "viewer", "message": "x" * 1_100_000}).encode(), auth  # > 1 MiB body
+    if kind == 5:
+        return json.dumps({"role": "viewer", "messages": [m] * 65}).encode(), auth  # too many messages
+    if kind == 6:
+        return json.dumps({"role": "root", "message": m}).encode(), auth  # unknown role
+    if kind == 7:
+        return _body(m), {}  # missing key
+    if kind == 8:
+        return _body(m), {"Authorization": f"Bearer wrong-{i}"}  # bad key
+    return json.dumps({"role": "viewer", "message": "y" * 10_001}).encode(), auth  # message too long
+
+
+async def faults(port: int, msgs: list[str], n: int = 1000) -> dict:
+    statuses: dict[str, int] = {}
+    c = Conn(port)
+    for i in range(n):
+        body, headers = malformed(i, msgs)
+        s, _ = await c.request(body, headers)
+        statuses[str(s)] = statuses.get(str(s), 0) + 1
+    ok, _ = await Conn(port).request(_body("where is the travel policy"))
+    return {
+        "sent": n,
+        "statuses": dict(sorted(statuses.items())),
+        "only_4xx": all(400 <= int(s) < 500 for s in statuses),
+        "valid_after": ok,
+    }
+
+
+def start_server(port: int, keyfile: Path, extra: list[str]) -> subprocess.Popen:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, str(ROOT / "cli.py"), "serve", "--port", str(port), "--key-file", str(keyfile)]
+    cmd += ["--log-level", "warning", *extra]
+    p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    import httpx
+
+    for _ in range(400):
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                return p
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    p.kill()
+    raise RuntimeError("server did not become ready")
+
+
+def load_router():
+    from router.routing import Router
+
+    r = Router.load()
+    for m in ("where is the travel policy", "restart the indexing service"):
+        r.route(m, "viewer")
+    return r
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rates", default="100,200,300,400,500", help="open-loop requests/s to try")
+    p.add_argument("--seconds", type=float, default=8.0, help="per open-loop rate / closed-loop run")
+    p.add_argument("--sequential", type=int, default=500)
+    p.add_argument("--skip-faults", action="store_true")
+    p.add_argument("--server-args", default="", help="extra `serve` arguments")
+    a = p.parse_args(argv)
+    from router.serve.auth import hash_key
+
+    msgs = [
+        json.loads(line)["text"] for line in (ROOT / "data" / "test.jsonl").read_text().splitlines() if line
+    ]
+    tmp = Path(tempfile.mkdtemp())
+    kf = tmp / "keys.yaml"
+    kf.write_text(f"keys:\n  - {{id: bench, sha256: {hash_key(KEY)}, roles: [viewer, admin]}}\n")
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    extra = a.server_args.split()
+    out: dict = {"server_args": extra, "load_avg_before": os.getloadavg()}
+    router = load_router()
+    proc = start_server(port, kf, extra)
+    try:
+        local, seq = asyncio.run(paired(port, router, msgs, a.sequential))
+        out["in_process"] = _pct(local)
+        out["http_sequential"] = _pct(seq)
+        out["http_added_p50_ms"] = round(out["http_sequential"]["p50"] - out["in_process"]["p50"], 3)
+        out["open_loop"] = []
+        for rate in [float(x) for x in a.rates.split(",")]:
+            r = asyncio.run(open_loop(port, msgs, rate, a.seconds))
+            out["open_loop"].append(r)
+            print(json.dumps(r), file=sys.stderr)
+            if r["p99"] > 100:  # far past the goal: higher rates only queue up
+                break
+        held = [r["rate"] for r in out["open_loop"] if r["p99"] <= 20 and r["errors"] == 0]
+        out["max_rate_p99_20ms"] = max(held) if held else None
+        out["closed_loop_32"] = asyncio.run(closed_loop(port, msgs, 32, a.seconds))
+        if not a.skip_faults:
+            out["faults"] = asyncio.run(faults(port, msgs))
+        out["server_alive"] = proc.poll() is None
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+    out["load_avg_after"] = os.getloadavg()
+    print(json.dumps(out, indent=2))
+    return out
+
+
+if __name__ == "__main__":
+    main()
