@@ -512,6 +512,9 @@ def bench_dataset(
         None, help="Sentence-transformers folder or hub name (default: packaged all-MiniLM-L6-v2)."
     ),
     out: Path | None = Opt(None, help="Write the results JSON here (also after each seed)."),
+    oos_class: bool = Opt(
+        False, "--oos-class", help="CLINC150: train oos_train as an out-of-scope class (+ in-scope distance)."
+    ),
 ) -> dict:
     """Train on a public benchmark (k-shot or full) per seed; report test accuracy mean ± std, and out-of-scope recall for CLINC150."""
     from training.benchmarks import BENCHMARKS, format_summary, run_benchmark
@@ -531,6 +534,7 @@ def bench_dataset(
         report=_say,
         out=out,
         command=" ".join(["intent-router", *sys.argv[1:]]) if "bench" in sys.argv[1:3] else None,
+        oos_class=oos_class,
     )
     hp = result["hyperparameters"]
     title = f"{name} {f'{shots}-shot' if shots else 'full data'}, {seeds} seed(s), {hp['max_steps']} steps x {hp['batch_size']} pairs"

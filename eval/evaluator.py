@@ -23,6 +23,7 @@ from eval.data import LabeledData, UnlabeledData, load_labeled, load_unlabeled
 from eval.latency import DEFAULT_SAMPLES, measure_latency
 from eval.metrics import DEFAULT_BINS, calibration_metrics, classification_metrics, misclassified
 from eval.predictors import Predictor, load_onnx_predictor
+from eval.scope import scope_metrics, scope_sweep
 from eval.thresholds import DEFAULT_TAUS, at_threshold, oos_recall, threshold_sweep
 from router.config import RouterConfig, validate_threshold
 from router.guardrail import low_signal_reason
@@ -77,25 +78,31 @@ def evaluate(
     labels = list(predictor.labels)
     index = {l: i for i, l in enumerate(labels)}
     y = np.array([index[l] for l in data.labels], dtype=int)
-    probs = predict_in_batches(predictor, data.texts)
-    oos_section, oos_probs = None, None
+    probs, dist = predict_in_batches(predictor, data.texts)
+    limit = getattr(predictor, "distance_threshold", None)
+    oos_section, oos_probs, oos_dist, low = None, None, None, None
     if oos is not None:
-        oos_probs = predict_in_batches(predictor, oos.texts)
+        oos_probs, oos_dist = predict_in_batches(predictor, oos.texts)
         low = [low_signal_reason(t) is not None for t in oos.texts]
         oos_section = {
             **source_section(oos),
-            **oos_recall(oos_probs, tau, low_signal=low),
+            **oos_recall(oos_probs, tau, low_signal=low, labels=labels),
             "accepted_examples": _oos_accepted(oos, oos_probs, labels, tau, low),
         }
+    all_taus = [*taus, tau]
     sections = {
         "classification": classification_metrics(y, probs.argmax(axis=1), labels),
         "calibration": calibration_metrics(probs, y, n_bins),
         "thresholds": {
             "tau": round(tau, 4),
             "at_tau": at_threshold(probs, y, tau),
-            "sweep": threshold_sweep(probs, y, [*taus, tau], oos_probs=oos_probs),
+            "sweep": threshold_sweep(probs, y, all_taus, oos_probs=oos_probs, labels=labels),
         },
         "oos": oos_section,
+        "scope": {
+            **scope_metrics(probs, y, labels, tau, dist, limit, oos_probs, oos_dist, low),
+            "sweep": scope_sweep(probs, y, labels, all_taus, dist, limit),
+        },
         "latency": measure_latency(predictor, data.texts, max_latency_samples)
         if max_latency_samples > 0
         else None,
@@ -113,11 +120,22 @@ def default_threshold() -> float:
 
 def predict_in_batches(
     predictor: Predictor, texts: Sequence[str], batch_size: int = PREDICT_BATCH
-) -> np.ndarray:
-    parts = [
-        predictor.predict_proba(list(texts[i : i + batch_size])) for i in range(0, len(texts), batch_size)
-    ]
-    return np.concatenate(parts, axis=0) if parts else np.zeros((0, len(predictor.labels)))
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """(probabilities, in-scope distances or None when the predictor has no distance)."""
+    with_distance = getattr(predictor, "predict_with_distance", None)
+    probs, dists = [], []
+    for i in range(0, len(texts), batch_size):
+        chunk = list(texts[i : i + batch_size])
+        if with_distance is not None:
+            p, d = with_distance(chunk)
+            dists.append(d)
+        else:
+            p = predictor.predict_proba(chunk)
+        probs.append(p)
+    if not probs:
+        return np.zeros((0, len(predictor.labels))), None
+    has_dist = dists and all(d is not None for d in dists)
+    return np.concatenate(probs, axis=0), (np.concatenate(dists) if has_dist else None)
 
 
 def run_evaluation(
@@ -206,7 +224,9 @@ def source_section(ds) -> dict:
 def _oos_accepted(ods, probs: np.ndarray, labels: list[str], tau: float, low: list[bool]) -> list[dict]:
     """Out-of-scope messages the router would accept as an intent (confidence >= tau, not stopped by the guardrail)."""
     conf, pred = probs.max(axis=1), probs.argmax(axis=1)
-    hits = [i for i in range(len(conf)) if conf[i] >= tau and not low[i]]
+    hits = [
+        i for i in range(len(conf)) if conf[i] >= tau and not low[i] and labels[pred[i]] != "OUT_OF_SCOPE"
+    ]
     hits.sort(key=lambda i: -conf[i])
     return [
         {

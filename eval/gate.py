@@ -6,7 +6,10 @@ metrics plus the limits the gate applies:
 - accuracy and macro-F1 may fall by at most their tolerance below the baseline value;
 - each class's F1 must stay at or above its floor (baseline F1 minus ``class_f1_margin``);
 - ECE must stay at or below its ceiling (baseline ECE plus ``ece_margin``);
-- the accuracy of the accepted messages at the baseline's tau may fall by at most its tolerance.
+- the accuracy of the accepted messages at the baseline's tau may fall by at most its tolerance;
+- out of scope (when the baseline has ``scope``): in-scope accuracy and the share of out-of-scope
+  messages not routed to an intent (labelled rows and the --oos file) have floors, the share of
+  in-scope messages called out of scope a ceiling.
 
 The limits are plain numbers in the baseline file: edit them there to tighten or loosen a check.
 """
@@ -28,7 +31,36 @@ DEFAULT_POLICY = {
     "accepted_accuracy_tolerance": 0.02,
     "class_f1_margin": 0.05,
     "ece_margin": 0.02,
+    "out_of_scope_tolerance": 0.02,
+    "in_scope_lost_margin": 0.01,
 }
+
+#: baseline "scope" key -> (path in the report's "scope" section, ">=" floor or "<=" ceiling)
+SCOPE_CHECKS = {
+    "in_scope_accuracy": (("in_scope", "accuracy"), ">="),
+    "in_scope_called_out_of_scope": (("in_scope", "called_out_of_scope"), "<="),
+    "out_of_scope_not_routed": (("out_of_scope", "not_routed"), ">="),
+    "oos_file_not_routed": (("oos_file", "not_routed"), ">="),
+}
+
+
+def _scope_value(report: dict, path: tuple[str, str]) -> float | None:
+    section = (report.get("scope") or {}).get(path[0])
+    return section.get(path[1]) if isinstance(section, dict) else None
+
+
+def _scope_limits(report: dict, p: dict) -> dict | None:
+    """Floors and ceilings for the out-of-scope checks, from a report that has a scope section."""
+    if not report.get("scope"):
+        return None
+    out = {}
+    for key, (path, op) in SCOPE_CHECKS.items():
+        v = _scope_value(report, path)
+        if v is None:
+            continue
+        margin = p["out_of_scope_tolerance"] if op == ">=" else p["in_scope_lost_margin"]
+        out[key] = {"baseline": v, "op": op, "limit": _r(max(0.0, v - margin) if op == ">=" else v + margin)}
+    return out
 
 
 class GateError(ValueError):
@@ -88,6 +120,7 @@ def make_baseline(report: dict, **policy: float) -> dict:
         },
         "class_f1_floors": {l: _r(max(0.0, f - p["class_f1_margin"])) for l, f in class_f1.items()},
         "ece_ceiling": _r(cal["ece"] + p["ece_margin"]),
+        "scope": _scope_limits(report, p),
         "policy": p,
     }
 
@@ -204,6 +237,16 @@ def run_gate(report: dict, baseline: dict) -> list[Check]:
             tol["accepted_accuracy"],
             f"tol {tol['accepted_accuracy']:g}" + ("" if value is not None else "; nothing accepted"),
         )
+    for key, lim in (baseline.get("scope") or {}).items():
+        value = _scope_value(report, SCOPE_CHECKS[key][0]) if key in SCOPE_CHECKS else None
+        if lim["op"] == ">=":
+            ok = value is not None and value >= lim["limit"] - 1e-12
+        else:
+            ok = value is not None and value <= lim["limit"] + 1e-12
+        detail = "floor" if lim["op"] == ">=" else "ceiling"
+        if value is None:
+            detail = "missing from the report (evaluate with the out-of-scope rows / --oos file)"
+        checks.append(Check(f"scope.{key}", value, lim["op"], lim["limit"], lim["baseline"], ok, detail))
     return checks
 
 

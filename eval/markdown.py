@@ -168,6 +168,8 @@ def render_markdown(report: dict, plots: bool = True) -> str:
                 ],
             )
 
+    lines += _scope_lines(report.get("scope"))
+
     v = report.get("verifier")
     if v:
         lines += [
@@ -232,6 +234,72 @@ def render_markdown(report: dict, plots: bool = True) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _scope_lines(sc: dict | None) -> list[str]:
+    """The router's out-of-scope behaviour (eval/scope.py): in-scope rows and out-of-scope rows."""
+    if not sc:
+        return []
+    ins = sc["in_scope"]
+    dist = f", distance threshold {_f(sc['distance_threshold'], 1)}" if sc["distance_threshold"] else ""
+    lines = [
+        "## In scope and out of scope (router rule, no verifier)",
+        "",
+        f"Out of scope: the OUT_OF_SCOPE class at confidence >= tau {sc['tau']:g}, or the in-scope distance "
+        f"above its threshold{dist}. Not routed: out of scope or below tau.",
+        "",
+    ]
+    rows = [
+        [f"in scope (n={ins['n']}): accuracy", _f(ins["accuracy"])],
+        [
+            "in scope: called out of scope (classifier / distance)",
+            f"{_pct(ins['called_out_of_scope'])} ({_pct(ins['called_by_classifier'])} / {_pct(ins['called_by_distance'])})",
+        ],
+        [
+            "in scope: accepted / accuracy of accepted",
+            f"{_pct(ins['accepted_share'])} / {_f(ins['accepted_accuracy'])}",
+        ],
+    ]
+    for key, name in (("out_of_scope", "labelled out-of-scope rows"), ("oos_file", "--oos file")):
+        o = sc.get(key)
+        if not o:
+            continue
+        rows.append(
+            [
+                f"{name} (n={o['n']}): called out of scope / not routed",
+                f"{_pct(o['recall'])} / {_pct(o['not_routed'])}",
+            ]
+        )
+        rows.append(
+            [
+                f"{name}: by classifier / by distance / only by distance",
+                f"{_pct(o['by_classifier'])} / {_pct(o['by_distance'])} / {_pct(o['only_by_distance'])}",
+            ]
+        )
+        if o.get("not_routed_with_guardrail") is not None:
+            rows.append([f"{name}: not routed, with the guardrail", _pct(o["not_routed_with_guardrail"])])
+    rows.append(["precision of out-of-scope calls (labelled rows)", _f(sc["precision"])])
+    lines += _table(["", "value"], rows)
+    lines += _table(
+        [
+            "tau",
+            "in scope accepted",
+            "accuracy of accepted",
+            "in scope called out of scope",
+            "out of scope not routed",
+        ],
+        [
+            [
+                f"{r['tau']:g}",
+                _pct(r["in_scope_accepted_share"]),
+                _f(r["in_scope_accepted_accuracy"]),
+                _pct(r["in_scope_called_out_of_scope"]),
+                _pct(r["out_of_scope_not_routed"]),
+            ]
+            for r in sc["sweep"]
+        ],
+    )
+    return lines
+
+
 def summary_rows(report: dict) -> list[list[str]]:
     """(metric, value) rows of a report's headline numbers, for a terminal table."""
     c, cal, at = report["classification"], report["calibration"], report["thresholds"]["at_tau"]
@@ -247,6 +315,13 @@ def summary_rows(report: dict) -> list[list[str]]:
     ]
     if report.get("oos"):
         rows.append([f"out-of-scope recall (n={report['oos']['n']})", _f(report["oos"]["recall"])])
+    sc = report.get("scope")
+    if sc:
+        rows.append(["in-scope accuracy", _f(sc["in_scope"]["accuracy"])])
+        rows.append(["in scope called out of scope", _f(sc["in_scope"]["called_out_of_scope"])])
+        for key in ("out_of_scope", "oos_file"):
+            if sc.get(key):
+                rows.append([f"{key} not routed (n={sc[key]['n']})", _f(sc[key]["not_routed"])])
     if report.get("latency"):
         s, b = report["latency"]["single"], report["latency"]["batch"]
         rows.append(

@@ -3,7 +3,9 @@
 ``OnnxPredictor`` wraps an exported model directory (``router.classifier.Classifier``). The PyTorch
 SetFit model (``training.model.IntentModel``) satisfies the same protocol; eval imports nothing from
 training, so the torch backend is opened on the training side (``training.model.load_predictor``).
-Optional attributes read by reports: ``backend``, ``variant``, ``model_id``, ``manifest``, ``temperature``.
+Optional attributes read by reports: ``backend``, ``variant``, ``model_id``, ``manifest``, ``temperature``;
+a predictor with an in-scope distance also has ``distance_threshold`` and
+``predict_with_distance(texts) -> (probabilities, distances)``.
 """
 
 from __future__ import annotations
@@ -45,9 +47,14 @@ class OnnxPredictor:
         self.model_id = self.classifier.model_id
         self.manifest = self.classifier.manifest
         self.temperature = self.manifest.calibration.temperature if self.manifest.calibration else None
+        self.distance_threshold = self.classifier.distance_threshold
 
     def predict_proba(self, texts: Sequence[str]) -> np.ndarray:
         return np.asarray(self.classifier.predict_proba(list(texts)), dtype=np.float64)
+
+    def predict_with_distance(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray | None]:
+        probs, dist = self.classifier.predict(list(texts))
+        return np.asarray(probs, dtype=np.float64), (None if dist is None else np.asarray(dist, np.float64))
 
 
 def load_onnx_predictor(model: str | Path, variant: str | None = None) -> OnnxPredictor:

@@ -39,27 +39,39 @@ def threshold_sweep(
     y: Sequence[int],
     taus: Sequence[float] = DEFAULT_TAUS,
     oos_probs: np.ndarray | None = None,
+    labels: Sequence[str] | None = None,
 ) -> list[dict]:
     """One ``at_threshold`` row per tau (sorted, deduplicated); with ``oos_probs`` each row also has the
     out-of-scope recall at that tau."""
     rows = []
     for tau in sorted({round(float(t), 4) for t in taus}):
         row = at_threshold(probs, y, tau)
-        row["oos_recall"] = oos_recall(oos_probs, tau)["recall"] if oos_probs is not None else None
+        row["oos_recall"] = (
+            oos_recall(oos_probs, tau, labels=labels)["recall"] if oos_probs is not None else None
+        )
         rows.append(row)
     return rows
 
 
-def oos_recall(oos_probs: np.ndarray, tau: float, low_signal: Sequence[bool] | None = None) -> dict:
+def oos_recall(
+    oos_probs: np.ndarray,
+    tau: float,
+    low_signal: Sequence[bool] | None = None,
+    labels: Sequence[str] | None = None,
+) -> dict:
     """Out-of-scope messages have no right intent: the router gets them right by not accepting one.
 
-    ``recall`` is the share whose confidence is below tau. With ``low_signal`` (the router's guardrail
+    ``recall`` is the share not accepted as an intent: confidence below tau, or (``labels`` naming an
+    OUT_OF_SCOPE column) the out-of-scope class on top. With ``low_signal`` (the router's guardrail
     verdict per message), ``router_recall`` also counts messages the guardrail stops before the classifier.
+    The in-scope distance is not counted here (eval.scope adds it).
     """
     oos_probs = np.asarray(oos_probs, dtype=np.float64)
     n = len(oos_probs)
     conf = oos_probs.max(axis=1) if n else np.zeros(0)
     below = conf < tau
+    if labels is not None and "OUT_OF_SCOPE" in labels and n:
+        below |= oos_probs.argmax(axis=1) == list(labels).index("OUT_OF_SCOPE")
     out = {
         "n": int(n),
         "tau": _r(tau, 4),

@@ -73,10 +73,17 @@ def test_clean_fixture_passes_and_counts():
     report = check_files([FIX / "tiny"])
     assert report.errors == [] and report.warnings == []
     bal = report.class_balance()
-    assert bal["train"] == {"ACTION": 8, "MEMORY": 8, "PLANNING": 8, "REASONING": 8, "SEARCH": 8}
+    assert bal["train"] == {
+        "ACTION": 8,
+        "MEMORY": 8,
+        "OUT_OF_SCOPE": 8,
+        "PLANNING": 8,
+        "REASONING": 8,
+        "SEARCH": 8,
+    }
     assert bal["oos"] == {"(none)": 7}
     stats = report.length_stats()
-    assert stats["train"]["rows"] == 40 and stats["train"]["min_words"] >= 1
+    assert stats["train"]["rows"] == 48 and stats["train"]["min_words"] >= 1
 
 
 def test_unlabeled_file_rejects_labels(tmp_path):

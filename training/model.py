@@ -155,7 +155,8 @@ class IntentModel:
                 trainer.st_trainer.remove_callback(ProgressCallback)  # rich bar / our lines instead of tqdm
                 trainer.st_trainer.remove_callback(PrinterCallback)
                 t0 = time.perf_counter()
-                trainer.train_embeddings(*trainer.dataset_to_parameters(ds), args=args)
+                body_ds = _contrastive_rows(ds, config.contrastive_oos_rows, config.seed)
+                trainer.train_embeddings(*trainer.dataset_to_parameters(body_ds), args=args)
                 body_seconds = time.perf_counter() - t0
             report(f"contrastive phase: {body_seconds:.1f}s")
             t0 = time.perf_counter()
@@ -226,6 +227,15 @@ class IntentModel:
             scores = np.stack([np.zeros_like(scores), scores], axis=1)
         return scores
 
+    def predict_with_distance(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray | None]:
+        """(calibrated probabilities, in-scope distances or None) from one encoding pass."""
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, len(self.labels))), (None if self.scope is None else np.zeros(0))
+        emb = self.encode(texts)
+        probs = softmax(self._head_logits(emb), self.temperature)
+        return probs, (self.scope.distance(emb) if self.scope is not None else None)
+
     def predict_proba(self, texts: Sequence[str]) -> np.ndarray:
         texts = list(texts)
         if not texts:
@@ -260,6 +270,16 @@ class IntentModel:
                 f"{checkpoint}: head label order {model.labels} differs from the manifest's {manifest.labels}"
             )
         return model
+
+
+def _contrastive_rows(ds, oos_rows: int | None, seed: int):
+    """The rows of the contrastive phase: all of them, or at most ``oos_rows`` OUT_OF_SCOPE rows (a
+    seeded sample), so chit-chat does not take the pair budget from the five intents. The head sees all."""
+    oos = [i for i, l in enumerate(ds["label"]) if l == OUT_OF_SCOPE]
+    if oos_rows is None or len(oos) <= oos_rows:
+        return ds
+    drop = set(random.Random(seed).sample(oos, len(oos) - oos_rows))
+    return ds.select([i for i in range(len(ds)) if i not in drop])
 
 
 def _progress_callback(progress, task, report: Reporter, batch_size: int):
