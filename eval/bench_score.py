@@ -55,7 +55,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--skip-local", action="store_true")
     p.add_argument("--window-rows", type=int, default=10_000)
     a = p.parse_args(argv)
-    from eval.score import ScoreOptions, score_file
+    from eval.score import score_file
+    from eval.score_io import ScoreOptions
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-score-"))
     inp = synthetic(tmp / "in.jsonl", a.rows)

@@ -27,6 +27,7 @@ from eval.scope import scope_metrics, scope_sweep
 from eval.thresholds import DEFAULT_TAUS, at_threshold, oos_recall, threshold_sweep
 from router.config import RouterConfig, validate_threshold
 from router.guardrail import low_signal_reason
+from router.intents import OUT_OF_SCOPE
 from router.manifest import package_versions
 
 SCHEMA_VERSION = 1
@@ -224,9 +225,7 @@ def source_section(ds) -> dict:
 def _oos_accepted(ods, probs: np.ndarray, labels: list[str], tau: float, low: list[bool]) -> list[dict]:
     """Out-of-scope messages the router would accept as an intent (confidence >= tau, not stopped by the guardrail)."""
     conf, pred = probs.max(axis=1), probs.argmax(axis=1)
-    hits = [
-        i for i in range(len(conf)) if conf[i] >= tau and not low[i] and labels[pred[i]] != "OUT_OF_SCOPE"
-    ]
+    hits = [i for i in range(len(conf)) if conf[i] >= tau and not low[i] and labels[pred[i]] != OUT_OF_SCOPE]
     hits.sort(key=lambda i: -conf[i])
     return [
         {

@@ -15,8 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from eval.metrics import rounded as _r
-
-OUT_OF_SCOPE = "OUT_OF_SCOPE"  # the label; router.intents.OUT_OF_SCOPE, spelled here for array work
+from router.intents import OUT_OF_SCOPE
 
 
 def outcomes(

@@ -1,8 +1,7 @@
 """Score a message log: route every row of a JSONL / CSV / TSV / Parquet file, write the decisions.
 
-Input is streamed (JSONL line by line, CSV through pyarrow's streaming reader, Parquet by record
-batch), so a file never has to fit in memory; ``eval.data`` loads whole tables and is for labeled
-evaluation sets, not logs. Rows are numbered from 0 in file order (JSONL: non-blank lines).
+The input is streamed and the decisions written by ``eval.score_io``; this module runs the scoring
+loop and makes it resumable.
 
 Resume: decisions go to ``OUT.parts/part-<first row>-<end row>.parquet``, each written to a temporary
 name, fsynced and renamed, so a part exists whole or not at all. ``_meta.json`` holds the input's
@@ -15,320 +14,35 @@ every row lands in exactly one part: none is lost or written twice.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
-import re
 import shutil
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pyarrow as pa
 
-IN_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".tsv": "tsv", ".parquet": "parquet"}
-OUT_FORMATS = {".parquet": "parquet", ".jsonl": "jsonl"}
-PART_RE = re.compile(r"^part-(\d{12})-(\d{12})\.parquet$")
+from eval.score_io import (
+    OUT_FORMATS,
+    ScoreError,
+    ScoreOptions,
+    completed_rows,
+    count_rows,
+    decisions_table,
+    input_format,
+    iter_input,
+    merge_parts,
+    parts_dir,
+    write_part,
+)
+from router.intents import OUT_OF_SCOPE
+
 META = "_meta.json"
 DONE = "_done.json"
 
 
-class ScoreError(ValueError):
-    """The input or output cannot be used; the message says why and where."""
-
-
-@dataclass
-class ScoreOptions:
-    role: str = "viewer"
-    text_column: str = "text"
-    label_column: str = "label"
-    id_column: str | None = None
-    with_labels: bool = False
-    skip_invalid: bool = False  # invalid rows get an 'error' and no decision, instead of stopping the run
-    keep_text: bool = False
-    model_dir: str | None = None
-    config: str | None = None
-    threshold: float | None = None
-    chunk_rows: int = 2048  # rows per part file (and per route_batch call locally)
-
-    def fingerprint(self) -> dict:
-        d = asdict(self)
-        d.pop("chunk_rows")  # changing the chunk size does not change any decision
-        d.pop("skip_invalid")
-        return d
-
-
-# ----------------------------------------------------------------------------------- schema
-def output_schema(opts: ScoreOptions) -> pa.Schema:
-    fields = [pa.field("row", pa.int64())]
-    if opts.id_column:
-        fields.append(pa.field("id", pa.string()))
-    if opts.keep_text:
-        fields.append(pa.field("text", pa.string()))
-    if opts.with_labels:
-        fields.append(pa.field("label", pa.string()))
-    strings = pa.list_(pa.string())
-    fields += [
-        pa.field("intent", pa.string()),
-        pa.field("top_intent", pa.string()),
-        pa.field("confidence", pa.float64()),
-        pa.field("source", pa.string()),
-        pa.field("reason_code", pa.string()),
-        pa.field("skills_required", strings),
-        pa.field("skills_optional", strings),
-        pa.field("denied", strings),
-        pa.field("denied_required", strings),
-        pa.field("servable", pa.bool_()),
-        pa.field("error", pa.string()),
-    ]
-    return pa.schema(fields)
-
-
-def decisions_table(batch: dict[str, list], router, opts: ScoreOptions) -> pa.Table:
-    """Route one input batch (columns row, text, [id], [label], error) and return output rows.
-
-    Used by the local runner and by each Ray actor, so both write the same columns."""
-    texts = batch["text"]
-    errors = list(batch["error"])
-    ok = [i for i, e in enumerate(errors) if e is None]
-    decisions = router.route_batch([texts[i] for i in ok], opts.role) if ok else []
-    by_row = dict(zip(ok, decisions, strict=True))
-    cols: dict[str, list] = {"row": list(batch["row"])}
-    if opts.id_column:
-        cols["id"] = list(batch["id"])
-    if opts.keep_text:
-        cols["text"] = list(texts)
-    if opts.with_labels:
-        cols["label"] = list(batch["label"])
-    names = [
-        "intent",
-        "top_intent",
-        "confidence",
-        "source",
-        "reason_code",
-        "skills_required",
-        "skills_optional",
-        "denied",
-        "denied_required",
-        "servable",
-    ]
-    for n in names:
-        cols[n] = []
-    for i in range(len(texts)):
-        d = by_row.get(i)
-        if d is None:
-            for n in names:
-                cols[n].append(None)
-            continue
-        cols["intent"].append(d.intent.value if d.intent else None)
-        cols["top_intent"].append(d.ranking[0].intent.value if d.ranking else None)
-        cols["confidence"].append(d.confidence)
-        cols["source"].append(d.source)
-        cols["reason_code"].append(d.reason_code.value)
-        cols["skills_required"].append(d.skills.required)
-        cols["skills_optional"].append(d.skills.optional)
-        cols["denied"].append([x.skill for x in d.denied])
-        cols["denied_required"].append([x.skill for x in d.denied if x.required])
-        cols["servable"].append(d.servable)
-    cols["error"] = errors
-    return pa.table(cols, schema=output_schema(opts))
-
-
-# ----------------------------------------------------------------------------------- reading
-def input_format(path: Path) -> str:
-    fmt = IN_FORMATS.get(path.suffix.lower())
-    if fmt is None:
-        raise ScoreError(f"{path}: unknown input type {path.suffix or '(none)'}; use {', '.join(IN_FORMATS)}")
-    return fmt
-
-
-def iter_input(path: Path, opts: ScoreOptions, start: int = 0, batch_rows: int = 2048) -> Iterator[dict]:
-    """Yield batches {row, text, [id], [label], error} from row ``start`` on, ``batch_rows`` at a time.
-
-    ``error`` is None for a usable row, else why it is not (missing text, not a string, bad JSON...)."""
-    fmt = input_format(path)
-    raw = (
-        _iter_jsonl(path, opts, start, batch_rows)
-        if fmt == "jsonl"
-        else _iter_arrow(path, fmt, opts, start, batch_rows)
-    )
-    for b in raw:
-        yield _check_batch(b, opts, path)
-
-
-def _check_batch(b: dict, opts: ScoreOptions, path: Path) -> dict:
-    errors = b.setdefault("error", [None] * len(b["row"]))
-    for i, t in enumerate(b["text"]):
-        if errors[i] is None:
-            if t is None:
-                errors[i] = f"missing '{opts.text_column}'"
-            elif not isinstance(t, str):
-                errors[i] = f"'{opts.text_column}' must be a string, got {type(t).__name__}"
-        if opts.with_labels and errors[i] is None:
-            lab = b["label"][i]
-            from router.intents import INTENTS
-
-            if lab not in INTENTS:
-                errors[i] = f"unknown label {lab!r} in '{opts.label_column}'"
-        if errors[i] is not None:
-            b["text"][i] = None
-            if not opts.skip_invalid:
-                where = f"line {b['line'][i]}" if "line" in b else f"row {b['row'][i]}"
-                raise ScoreError(
-                    f"{path}: {where}: {errors[i]} (fix the data, or pass --skip-invalid to write the row "
-                    "with an 'error' and no decision)"
-                )
-    b.pop("line", None)
-    return b
-
-
-def _empty(opts: ScoreOptions) -> dict:
-    b: dict[str, list] = {"row": [], "text": [], "error": [], "line": []}
-    if opts.id_column:
-        b["id"] = []
-    if opts.with_labels:
-        b["label"] = []
-    return b
-
-
-def _iter_jsonl(path: Path, opts: ScoreOptions, start: int, batch_rows: int) -> Iterator[dict]:
-    row = -1
-    b = _empty(opts)
-    with open(path, "rb") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            row += 1
-            if row < start:  # resume: count rows without parsing them
-                continue
-            err, obj = None, None
-            try:
-                obj = json.loads(line)
-                if not isinstance(obj, dict):
-                    err, obj = "not a JSON object", None
-            except ValueError as e:
-                err = f"invalid JSON: {e}"
-            obj = obj or {}
-            b["row"].append(row)
-            b["line"].append(lineno)
-            b["text"].append(obj.get(opts.text_column))
-            b["error"].append(err)
-            if opts.id_column:
-                v = obj.get(opts.id_column)
-                b["id"].append(None if v is None else str(v))
-            if opts.with_labels:
-                b["label"].append(obj.get(opts.label_column))
-            if len(b["row"]) >= batch_rows:
-                yield b
-                b = _empty(opts)
-    if b["row"]:
-        yield b
-
-
-def _iter_arrow(path: Path, fmt: str, opts: ScoreOptions, start: int, batch_rows: int) -> Iterator[dict]:
-    cols = (
-        [opts.text_column]
-        + ([opts.id_column] if opts.id_column else [])
-        + ([opts.label_column] if opts.with_labels else [])
-    )
-    batches = _arrow_batches(path, fmt, cols, start)
-    row = start
-    pending: list[pa.RecordBatch] = []
-    n_pending = 0
-    for rb, first in batches:
-        if first + rb.num_rows <= start:
-            continue
-        if first < start:
-            rb = rb.slice(start - first)
-        pending.append(rb)
-        n_pending += rb.num_rows
-        while n_pending >= batch_rows:
-            t = pa.Table.from_batches(pending)
-            yield _to_batch(t.slice(0, batch_rows), row, opts)
-            row += batch_rows
-            rest = t.slice(batch_rows)
-            pending, n_pending = rest.to_batches(), rest.num_rows
-    if n_pending:
-        yield _to_batch(pa.Table.from_batches(pending), row, opts)
-
-
-def _to_batch(t: pa.Table, first_row: int, opts: ScoreOptions) -> dict:
-    b = {
-        "row": list(range(first_row, first_row + t.num_rows)),
-        "text": t.column(opts.text_column).to_pylist(),
-    }
-    if opts.id_column:
-        b["id"] = [None if v is None else str(v) for v in t.column(opts.id_column).to_pylist()]
-    if opts.with_labels:
-        b["label"] = t.column(opts.label_column).to_pylist()
-    return b
-
-
-def _arrow_batches(path: Path, fmt: str, cols: list[str], start: int) -> Iterator[tuple[pa.RecordBatch, int]]:
-    """(record batch, index of its first row); Parquet row groups before ``start`` are not read."""
-    if fmt == "parquet":
-        import pyarrow.parquet as pq
-
-        pf = pq.ParquetFile(path)
-        _require(path, pf.schema_arrow.names, cols)
-        first = 0
-        for g in range(pf.num_row_groups):
-            n = pf.metadata.row_group(g).num_rows
-            if first + n > start:
-                for rb in pf.iter_batches(batch_size=8192, row_groups=[g], columns=cols):
-                    yield rb, first
-                    first += rb.num_rows
-            else:
-                first += n
-        return
-    import pyarrow.csv as pcsv
-
-    delim = "\t" if fmt == "tsv" else ","
-    try:
-        reader = pcsv.open_csv(
-            path,
-            read_options=pcsv.ReadOptions(block_size=1 << 20),
-            parse_options=pcsv.ParseOptions(delimiter=delim, newlines_in_values=True),
-            convert_options=pcsv.ConvertOptions(
-                column_types={c: pa.string() for c in cols}, include_columns=cols, strings_can_be_null=False
-            ),
-        )
-    except (pa.ArrowInvalid, KeyError) as e:
-        raise ScoreError(f"{path}: cannot read as {fmt.upper()}: {e}") from e
-    first = 0
-    for rb in reader:
-        yield rb, first
-        first += rb.num_rows
-
-
-def _require(path: Path, have: list[str], cols: list[str]) -> None:
-    for c in cols:
-        if c not in have:
-            raise ScoreError(
-                f"{path}: no column {c!r} (columns: {', '.join(have)}); name it with a column flag"
-            )
-
-
-def count_rows(path: Path) -> int | None:
-    """Rows in the input, for the progress bar (cheap for Parquet; one pass over the bytes otherwise)."""
-    fmt = input_format(path)
-    if fmt == "parquet":
-        import pyarrow.parquet as pq
-
-        return pq.ParquetFile(path).metadata.num_rows
-    if fmt == "jsonl":
-        with open(path, "rb") as f:
-            return sum(1 for line in f if line.strip())
-    return None  # CSV rows can span lines; the bar shows a count without a total
-
-
-# ------------------------------------------------------------------------------------ parts
-def parts_dir(out: Path) -> Path:
-    return out.with_name(out.name + ".parts")
-
-
+# ----------------------------------------------------------------------------------- resume
 def fingerprint_input(path: Path) -> dict:
     """Size, mtime and a hash of the first and last MiB: cheap on a large file, and any append, rewrite
     or truncation changes it."""
@@ -345,46 +59,6 @@ def fingerprint_input(path: Path) -> dict:
         "mtime_ns": st.st_mtime_ns,
         "sha256_ends": h.hexdigest(),
     }
-
-
-def completed_rows(pdir: Path) -> int:
-    """Rows 0..n-1 are in complete parts; leftovers of an interrupted write are removed."""
-    spans = []
-    for p in pdir.iterdir():
-        if p.name.endswith(".tmp"):
-            p.unlink()
-            continue
-        m = PART_RE.match(p.name)
-        if m:
-            spans.append((int(m.group(1)), int(m.group(2)), p))
-    n = 0
-    for a, b, p in sorted(spans):
-        if a == n:
-            n = b
-        else:  # not contiguous (cannot happen with one writer): drop it, its rows are scored again
-            p.unlink()
-    return n
-
-
-def write_part(pdir: Path, table: pa.Table) -> Path:
-    import pyarrow.parquet as pq
-
-    first, last = table.column("row")[0].as_py(), table.column("row")[-1].as_py()
-    final = pdir / f"part-{first:012d}-{last + 1:012d}.parquet"
-    tmp = final.with_name(final.name + ".tmp")
-    pq.write_table(table, tmp)
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, final)
-    with contextlib.suppress(OSError):  # make the rename durable too
-        fd = os.open(pdir, os.O_RDONLY)
-        os.fsync(fd)
-        os.close(fd)
-    return final
-
-
-def _parts(pdir: Path) -> list[Path]:
-    return sorted(p for p in pdir.iterdir() if PART_RE.match(p.name))
 
 
 def prepare(inp: Path, out: Path, opts: ScoreOptions, overwrite: bool) -> tuple[Path, int, bool]:
@@ -419,29 +93,8 @@ def prepare(inp: Path, out: Path, opts: ScoreOptions, overwrite: bool) -> tuple[
 
 def finish(pdir: Path, out: Path, opts: ScoreOptions) -> dict:
     """Merge the parts into OUT (atomically), compute label metrics, remove the parts folder."""
-    import pyarrow.parquet as pq
-
-    parts = _parts(pdir)
-    tmp = out.with_name(out.name + ".tmp")
-    schema = output_schema(opts)
     labels, preds, decided = [], [], []
-    n = 0
-    if out.suffix.lower() == ".parquet":
-        with pq.ParquetWriter(tmp, schema) as w:
-            for p in parts:
-                t = pq.read_table(p)
-                w.write_table(t)
-                n += t.num_rows
-                _collect(t, opts, labels, preds, decided)
-    else:
-        with open(tmp, "w", encoding="utf-8") as f:
-            for p in parts:
-                t = pq.read_table(p)
-                n += t.num_rows
-                _collect(t, opts, labels, preds, decided)
-                for rec in t.to_pylist():
-                    f.write(json.dumps(rec, ensure_ascii=False) + "\n")
-    os.replace(tmp, out)
+    n = merge_parts(pdir, out, opts, lambda t: _collect(t, opts, labels, preds, decided))
     summary = {"rows": n, "output": str(out)}
     if opts.with_labels:
         summary["metrics"] = label_metrics(labels, preds, decided)
@@ -453,14 +106,17 @@ def _collect(t: pa.Table, opts: ScoreOptions, labels, preds, decided) -> None:
     if not opts.with_labels:
         return
     ok = [e is None for e in t.column("error").to_pylist()]
-    for keep, lab, top, intent in zip(
+    for keep, lab, top, intent, reason in zip(
         ok,
         t.column("label").to_pylist(),
         t.column("top_intent").to_pylist(),
         t.column("intent").to_pylist(),
+        t.column("reason_code").to_pylist(),
         strict=True,
     ):
         if keep:
+            if reason == "out_of_scope":  # no intent: the router's answer is "out of scope"
+                top = intent = OUT_OF_SCOPE
             labels.append(lab)
             preds.append(top)
             decided.append(intent)
@@ -470,9 +126,9 @@ def label_metrics(labels: list[str], preds: list[str | None], decided: list[str 
     """eval.metrics on the classifier's top intent (as `intent-router eval` scores it), plus how the
     router's final decision fared: the share decided (not fallback or guardrail) and its accuracy."""
     from eval.metrics import classification_metrics
-    from router.intents import INTENTS
+    from router.intents import LABELS
 
-    names = list(INTENTS)
+    names = list(LABELS)
     if any(p is None for p in preds):
         names.append("NONE")  # guardrail rows have no classifier intent
     idx = {name: i for i, name in enumerate(names)}

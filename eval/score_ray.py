@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from eval.score import ScoreOptions, decisions_table, output_schema, score_file
+from eval.score import score_file
+from eval.score_io import ScoreOptions, decisions_table, output_schema
 
 
 class RouterActor:

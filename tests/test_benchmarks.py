@@ -8,7 +8,7 @@ import pytest
 from eval.thresholds import choose_threshold
 from eval.thresholds import in_scope_at_threshold as at_tau
 from tests.conftest import FIXTURES
-from training.benchmarks import (
+from training.benchmark_data import (
     BenchmarkDataError,
     Split,
     k_shot,
@@ -156,3 +156,25 @@ def test_run_benchmark_tiny_clinc(tmp_path):
     assert s["accuracy"]["n"] == 2 and s["accuracy"]["min"] <= s["accuracy"]["mean"] <= s["accuracy"]["max"]
     assert "oos_recall" in s and any(m.startswith("out-of-scope") for m, _ in format_summary(res))
     json.dumps(res)  # serialisable as is
+
+
+@pytest.mark.slow
+def test_run_benchmark_clinc_oos_class(tmp_path):
+    """CLINC150 with oos_train as an extra class, plus the in-scope distance, on the fixture."""
+    from training.benchmarks import format_summary, run_benchmark
+
+    res = run_benchmark(
+        "clinc150", CLINC, shots=2, seeds=1, max_steps=4, batch_size=8, report=lambda _: None, oos_class=True
+    )
+    run = res["runs"][0]
+    assert res["oos_class"] and "oos" not in run  # no confidence threshold in the extra-class protocol
+    assert run["train_rows"] == 6 + res["data"]["rows"]["oos_train"]
+    o = run["oos_class"]
+    assert o["n_oos_test"] == 3 and 0 <= o["extra_class"]["oos_recall"] <= 1
+    wd = o["with_distance"]
+    # the distance can only add out-of-scope calls: recall up, in-scope accuracy down, never the reverse
+    assert wd["oos_recall"] >= o["extra_class"]["oos_recall"]
+    assert wd["in_scope_accuracy"] <= o["extra_class"]["in_scope_accuracy"]
+    assert any(m.startswith("extra class + distance") for m, _ in format_summary(res))
+    with pytest.raises(ValueError, match="oos_class"):
+        run_benchmark("banking77", CLINC, oos_class=True, report=lambda _: None)

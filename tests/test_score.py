@@ -15,7 +15,8 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
-from eval.score import ScoreError, ScoreOptions, parts_dir, score_file  # noqa: E402
+from eval.score import score_file  # noqa: E402
+from eval.score_io import ScoreError, ScoreOptions, parts_dir  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = str(ROOT / "models" / "intent-minilm")
@@ -53,7 +54,8 @@ def test_jsonl_with_labels_to_parquet(tmp_path):
     assert t.column("id").to_pylist() == [f"m{i}" for i in range(300)]
     assert set(t.column("source").to_pylist()) <= {"classifier", "fallback", "guardrail"}
     m = s["metrics"]
-    assert m["n"] == 300 and m["accuracy"] > 0.9 and len(m["confusion_matrix"]["matrix"]) == 5
+    # five intents + OUT_OF_SCOPE (an out_of_scope decision counts as that label)
+    assert m["n"] == 300 and m["accuracy"] > 0.9 and len(m["confusion_matrix"]["matrix"]) == 6
     assert 0.9 < m["decided_share"] <= 1 and m["decided_accuracy"] > 0.9
 
 

@@ -1,161 +1,31 @@
-"""Public intent benchmarks: readers for CLINC150 and BANKING77, k-shot sampling, and a runner that
-trains one SetFit model per seed (the same fitting code as ``training.train``) and reports test
-accuracy as mean and spread over seeds.
-
-File formats (the datasets are not shipped with the project; the user points at their own copy):
-
-* CLINC150: ``data_full.json`` with keys ``train``, ``val``, ``test``, ``oos_train``, ``oos_val``,
-  ``oos_test``; each item is ``[text, label]`` (label ``"oos"`` in the ``oos_*`` keys).
-* BANKING77: ``train.csv`` and ``test.csv`` with header ``text,category``. Some quoted fields span
-  lines, so they are parsed with the ``csv`` module, never line by line.
+"""Public intent benchmarks: a runner that trains one SetFit model per seed (the same fitting code as
+``training.train``) and reports test accuracy as mean and spread over seeds. The dataset readers and
+k-shot sampling are in ``training.benchmark_data``.
 
 Protocol (k-shot): sample k training rows per class with a fixed seed, train, evaluate on the whole
 test split; repeat over seeds. A temperature is fitted on val where the dataset has one (CLINC150).
 For CLINC150 the out-of-scope threshold is chosen on val (in-scope val + oos_val) only, then applied
 to test + oos_test: a message is accepted when its top probability is >= tau, and an out-of-scope
-message is caught when it is not accepted.
+message is caught when it is not accepted. With ``oos_class`` (CLINC150 only) oos_train is trained as
+one more class instead (Larson et al.'s "extra class"): no threshold, arg-max on test + oos_test, and
+again with the in-scope distance on top.
 """
 
 from __future__ import annotations
 
 import gc
-import json
 import os
 import platform
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
+from training.benchmark_data import BENCHMARKS, BenchmarkDataError, Split, data_files, k_shot, read_benchmark
+
 Reporter = Callable[[str], None]
-
-BENCHMARKS = ("clinc150", "banking77")
-CLINC_FILE = "data_full.json"
-CLINC_KEYS = ("train", "val", "test", "oos_train", "oos_val", "oos_test")
-BANKING_FILES = ("train.csv", "test.csv")
-
-
-class BenchmarkDataError(ValueError):
-    """A benchmark file is missing or not in the expected format; the message names the file."""
-
-
-@dataclass
-class Split:
-    texts: list[str]
-    labels: list[str]
-
-    def __post_init__(self) -> None:
-        if len(self.texts) != len(self.labels):
-            raise ValueError(f"{len(self.texts)} texts but {len(self.labels)} labels")
-
-    def __len__(self) -> int:
-        return len(self.texts)
-
-    @property
-    def classes(self) -> list[str]:
-        return sorted(set(self.labels))
-
-
-# ------------------------------------------------------------------------------------ readers
-def _clinc_file(path: str | Path) -> Path:
-    p = Path(path)
-    p = p / CLINC_FILE if p.is_dir() else p
-    if not p.is_file():
-        raise BenchmarkDataError(
-            f"{p}: CLINC150 file not found (expected {CLINC_FILE} or a folder holding it)"
-        )
-    return p
-
-
-def read_clinc150(path: str | Path) -> dict[str, Split]:
-    """Read CLINC150's ``data_full.json`` (or a folder holding it) into train/val/test/oos_train/oos_val/oos_test."""
-    f = _clinc_file(path)
-    try:
-        data = json.loads(f.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise BenchmarkDataError(f"{f}: not valid JSON ({e})") from e
-    if not isinstance(data, dict):
-        raise BenchmarkDataError(f"{f}: expected a JSON object with keys {', '.join(CLINC_KEYS)}")
-    missing = [k for k in CLINC_KEYS if k not in data]
-    if missing:
-        raise BenchmarkDataError(f"{f}: missing key(s) {', '.join(missing)}")
-    out = {}
-    for key in CLINC_KEYS:
-        texts, labels = [], []
-        for i, item in enumerate(data[key]):
-            if not (
-                isinstance(item, (list, tuple)) and len(item) == 2 and all(isinstance(x, str) for x in item)
-            ):
-                raise BenchmarkDataError(f"{f}: {key}[{i}] is not a [text, label] pair of strings: {item!r}")
-            text, label = item[0].strip(), item[1].strip()
-            if not text or not label:
-                raise BenchmarkDataError(f"{f}: {key}[{i}] has an empty text or label")
-            texts.append(text)
-            labels.append(label)
-        out[key] = Split(texts, labels)
-    leaked = sorted(set(out["train"].labels) & {"oos"})
-    if leaked:
-        raise BenchmarkDataError(f"{f}: the in-scope train split holds label(s) {leaked}")
-    return out
-
-
-def _read_banking_csv(f: Path) -> Split:
-    """One BANKING77 CSV through the project's data loader (quoted fields may span lines)."""
-    from eval.data import DataError, load_labeled
-
-    if not f.is_file():
-        raise BenchmarkDataError(f"{f}: BANKING77 file not found")
-    header = f.open(encoding="utf-8", errors="replace").readline().strip().split(",")
-    label_col = "category" if "category" in header else "label" if "label" in header else None
-    if "text" not in header or label_col is None:
-        raise BenchmarkDataError(f"{f}: header must have 'text' and 'category' columns, found {header}")
-    try:
-        data = load_labeled(f, labels=None, text_column="text", label_column=label_col)
-    except DataError as e:
-        raise BenchmarkDataError(str(e)) from e
-    return Split([t.strip() for t in data.texts], [l.strip() for l in data.labels])
-
-
-def read_banking77(path: str | Path) -> dict[str, Split]:
-    """Read BANKING77's ``train.csv`` and ``test.csv`` from a folder into train/test."""
-    p = Path(path)
-    if not p.is_dir():
-        raise BenchmarkDataError(f"{p}: expected the BANKING77 folder holding {' and '.join(BANKING_FILES)}")
-    return {name.split(".")[0]: _read_banking_csv(p / name) for name in BANKING_FILES}
-
-
-def read_benchmark(name: str, path: str | Path) -> dict[str, Split]:
-    if name == "clinc150":
-        return read_clinc150(path)
-    if name == "banking77":
-        return read_banking77(path)
-    raise ValueError(f"unknown benchmark {name!r}; choose one of {', '.join(BENCHMARKS)}")
-
-
-def data_files(name: str, path: str | Path) -> list[Path]:
-    return [_clinc_file(path)] if name == "clinc150" else [Path(path) / n for n in BANKING_FILES]
-
-
-# ---------------------------------------------------------------------------------- sampling
-def k_shot(split: Split, k: int, seed: int) -> Split:
-    """k rows per class, drawn without replacement with a fixed seed; rows keep their file order.
-
-    The same (split, k, seed) always gives the same sample; every class must have at least k rows."""
-    if k < 1:
-        raise ValueError("k must be >= 1")
-    labels = np.asarray(split.labels)
-    rng = np.random.default_rng(seed)
-    chosen = []
-    for c in split.classes:  # sorted: the draw order does not depend on the file's class order
-        idx = np.flatnonzero(labels == c)
-        if len(idx) < k:
-            raise ValueError(f"class {c!r} has {len(idx)} rows, fewer than k={k}")
-        chosen.extend(rng.choice(idx, size=k, replace=False).tolist())
-    chosen.sort()
-    return Split([split.texts[i] for i in chosen], [split.labels[i] for i in chosen])
 
 
 # ------------------------------------------------------------------------------------ runner
@@ -178,6 +48,7 @@ def _seed_run(
     config,
     report: Reporter,
     show_progress: bool,
+    oos_class: bool = False,
 ) -> dict:
     from eval.evaluator import split_metrics
     from eval.thresholds import choose_threshold, in_scope_at_threshold
@@ -185,6 +56,10 @@ def _seed_run(
 
     t_start = time.perf_counter()
     train = k_shot(splits["train"], shots, seed) if shots else splits["train"]
+    if oos_class:  # Larson et al.'s "extra class": oos_train is one more class; oos_val joins val
+        splits = dict(splits)
+        train = _with_oos(train, splits["oos_train"])
+        splits["val"] = _with_oos(splits["val"], splits["oos_val"])
     report(f"[{name} seed {seed}] training on {len(train)} rows ({len(train.classes)} classes)")
     model = IntentModel(config).fit(train.texts, train.labels, report, show_progress)
     seconds = dict(model.fit_seconds)
@@ -212,7 +87,9 @@ def _seed_run(
     m = split_metrics(probs, y_test, model.labels)
     run["test"] = {k: m[k] for k in ("n", "accuracy", "macro_f1", "ece", "nll")}
 
-    if "oos_val" in splits and val is not None:
+    if oos_class:
+        run["oos_class"] = _extra_class_results(model, test, y_test, splits["oos_test"])
+    elif "oos_val" in splits and val is not None:
         oos_val_conf = model.predict_proba(splits["oos_val"].texts).max(axis=1)
         oos_test_conf = model.predict_proba(splits["oos_test"].texts).max(axis=1)
         for key, criterion in (("oos", "balanced"), ("oos_pooled", "pooled")):  # "oos" is the headline result
@@ -237,10 +114,49 @@ def _seed_run(
     if "oos" in run:
         o = run["oos"]
         line += f"; tau {o['tau']:.3f}: in-scope {o['test_in_scope_accuracy']:.4f}, oos recall {o['test_oos_recall']:.4f}"
+    if "oos_class" in run:
+        o = run["oos_class"]["with_distance"]
+        line += f"; extra class + distance: in-scope {o['in_scope_accuracy']:.4f}, oos recall {o['oos_recall']:.4f}"
     report(line + f" ({seconds['total']:.0f}s)")
     model.setfit = None  # free the torch weights before the next seed
     gc.collect()
     return run
+
+
+def _with_oos(split: Split, oos: Split) -> Split:
+    from router.intents import OUT_OF_SCOPE
+
+    return Split(split.texts + oos.texts, split.labels + [OUT_OF_SCOPE] * len(oos))
+
+
+def _extra_class_results(model, test: Split, y_test: np.ndarray, oos_test: Split) -> dict:
+    """In-scope accuracy and out-of-scope recall on test + oos_test with the out-of-scope class (arg-max,
+    no threshold, as Larson et al.), and with the in-scope distance on top (out of scope when above the
+    threshold fitted on in-scope val)."""
+    from router.intents import OUT_OF_SCOPE
+
+    col = model.labels.index(OUT_OF_SCOPE)
+    probs_in, dist_in = model.predict_with_distance(test.texts)
+    probs_oos, dist_oos = model.predict_with_distance(oos_test.texts)
+    pred_in, pred_oos = probs_in.argmax(axis=1), probs_oos.argmax(axis=1)
+    out = {
+        "n_test": len(test),
+        "n_oos_test": len(oos_test),
+        "extra_class": {
+            "in_scope_accuracy": float((pred_in == y_test).mean()),
+            "oos_recall": float((pred_oos == col).mean()),
+        },
+    }
+    limit = model.distance_threshold
+    if dist_in is not None and limit is not None:
+        far_in, far_oos = dist_in > limit, dist_oos > limit
+        out["with_distance"] = {
+            "distance_threshold": limit,
+            "in_scope_accuracy": float(((pred_in == y_test) & ~far_in).mean()),
+            "oos_recall": float(((pred_oos == col) | far_oos).mean()),
+            "oos_only_by_distance": float((far_oos & (pred_oos != col)).mean()),
+        }
+    return out
 
 
 def summarize(runs: list[dict]) -> dict:
@@ -253,6 +169,16 @@ def summarize(runs: list[dict]) -> dict:
         out["in_scope_accuracy_at_tau"] = _spread([r["oos"]["test_in_scope_accuracy"] for r in runs])
         out["oos_recall"] = _spread([r["oos"]["test_oos_recall"] for r in runs])
         out["tau"] = _spread([r["oos"]["tau"] for r in runs])
+    if runs and all("oos_class" in r for r in runs):
+        out["extra_class"] = {
+            k: _spread([r["oos_class"]["extra_class"][k] for r in runs])
+            for k in ("in_scope_accuracy", "oos_recall")
+        }
+        if all("with_distance" in r["oos_class"] for r in runs):
+            out["extra_class_with_distance"] = {
+                k: _spread([r["oos_class"]["with_distance"][k] for r in runs])
+                for k in ("in_scope_accuracy", "oos_recall", "oos_only_by_distance")
+            }
     if runs and all("oos_pooled" in r for r in runs):
         out["pooled_threshold"] = {
             "in_scope_accuracy_at_tau": _spread([r["oos_pooled"]["test_in_scope_accuracy"] for r in runs]),
@@ -283,15 +209,18 @@ def run_benchmark(
     show_progress: bool = False,
     out: str | Path | None = None,
     command: str | None = None,
+    oos_class: bool = False,
     **train_options,
 ) -> dict:
     """Train and evaluate one SetFit model per seed on a public benchmark; return the results dict.
 
-        ``shots`` None or 0 trains on the full train split. ``seeds`` is a count (seeds 0..n-1) or the seeds
-        themselves; each seed draws the k-shot sample and seeds training. ``max_steps``, ``batch_size``,
-        ``base_model`` and ``train_options`` (any other ``TrainConfig`` field, e.g. ``head_c``) override the
-        ``TrainConfig`` defaults. With ``out`` the results JSON is written there after every seed (so a long
-    run keeps its progress) and at the end, with ``command`` (the command line) recorded."""
+    ``shots`` None or 0 trains on the full train split. ``seeds`` is a count (seeds 0..n-1) or the seeds
+    themselves; each seed draws the k-shot sample and seeds training. ``max_steps``, ``batch_size``,
+    ``base_model`` and ``train_options`` (any other ``TrainConfig`` field, e.g. ``head_c``) override the
+    ``TrainConfig`` defaults. ``oos_class`` (CLINC150) trains oos_train as an out-of-scope class and
+    reports in-scope accuracy and out-of-scope recall with it, and with the in-scope distance on top.
+    With ``out`` the results JSON is written there after every seed (so a long run keeps its progress)
+    and at the end, with ``command`` (the command line) recorded."""
     from router.manifest import package_versions
     from training.config import TrainConfig
     from training.model import quiet_libraries
@@ -305,6 +234,8 @@ def run_benchmark(
     seed_list = list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
     if not seed_list:
         raise ValueError("need at least one seed")
+    if oos_class and name != "clinc150":
+        raise ValueError("oos_class needs a benchmark with out-of-scope training rows (clinc150)")
     splits = read_benchmark(name, path)
     overrides = {"max_steps": max_steps, "batch_size": batch_size, "base_model": base_model, **train_options}
     base_cfg = TrainConfig(name=f"bench-{name}", **{k: v for k, v in overrides.items() if v is not None})
@@ -326,10 +257,14 @@ def run_benchmark(
         )
         + "; accuracy on the full test split"
         + (
-            "; temperature fitted on val; out-of-scope threshold chosen on val + oos_val, applied to test + oos_test"
+            "; oos_train trained as an out-of-scope class (and oos_val in val); temperature and in-scope distance "
+            "threshold fitted on val; arg-max on test + oos_test, with and without the distance"
+            if oos_class
+            else "; temperature fitted on val; out-of-scope threshold chosen on val + oos_val, applied to test + oos_test"
             if name == "clinc150"
             else "; no val split, so no temperature (T = 1)"
         ),
+        "oos_class": oos_class,
         "seeds": seed_list,
         "hyperparameters": base_cfg.model_dump(
             mode="json", exclude={"name", "train_file", "dev_file", "test_file", "seed"}
@@ -348,7 +283,7 @@ def run_benchmark(
     t0 = time.perf_counter()
     for seed in seed_list:
         cfg = base_cfg.model_copy(update={"seed": seed})
-        result["runs"].append(_seed_run(name, splits, shots, seed, cfg, report, show_progress))
+        result["runs"].append(_seed_run(name, splits, shots, seed, cfg, report, show_progress, oos_class))
         result["summary"] = summarize(result["runs"])
         result["seconds_total"] = round(time.perf_counter() - t0, 2)
         if out is not None and seed != seed_list[-1]:
@@ -380,6 +315,15 @@ def format_summary(result: dict) -> list[tuple[str, str]]:
             ("pooled tau: out-of-scope recall %", pct(q["oos_recall"])),
             ("tau (chosen on val, pooled)", f"{q['tau']['mean']:.3f} ± {q['tau']['std']:.3f}"),
         ]
+    for key, name in (
+        ("extra_class", "extra class"),
+        ("extra_class_with_distance", "extra class + distance"),
+    ):
+        if key in s:
+            rows += [
+                (f"{name}: in-scope accuracy %", pct(s[key]["in_scope_accuracy"])),
+                (f"{name}: out-of-scope recall %", pct(s[key]["oos_recall"])),
+            ]
     rows.append(
         ("seconds per seed", f"{s['seconds_per_seed']['mean']:.0f} ± {s['seconds_per_seed']['std']:.0f}")
     )
