@@ -126,6 +126,7 @@ def test_existing_output_and_changed_options_are_refused(tmp_path):
     assert s["resumed_from"] == 20 and s["rows"] == 50
 
 
+@pytest.mark.slow
 def test_resume_after_a_kill(tmp_path):
     n = 2000
     rows = corpus(n)
@@ -164,6 +165,7 @@ def test_resume_after_a_kill(tmp_path):
     assert not pdir.exists()
 
 
+@pytest.mark.slow
 def test_ray_local_matches_local(tmp_path):
     pytest.importorskip("ray")
     from eval.score_ray import score_file_ray

@@ -279,6 +279,7 @@ def test_bad_key_file_fails_at_start(tmp_path):
 
 
 # -------------------------------------------------------------------------------- readiness
+@pytest.mark.slow
 def test_ready_only_after_the_model_loads(tmp_path):
     s = Server("--load-delay", "3", wait_ready=False, tmp=tmp_path)
     try:
@@ -296,6 +297,7 @@ def test_ready_only_after_the_model_loads(tmp_path):
         s.stop()
 
 
+@pytest.mark.slow
 def test_a_model_that_fails_to_load_is_never_ready(tmp_path):
     bad = tmp_path / "model"
     bad.mkdir()
@@ -345,6 +347,7 @@ def test_openapi_has_the_decision_schema(server):
 
 
 # -------------------------------------------------------------------------- verifier, shutdown
+@pytest.mark.slow
 def test_slow_verifier_blocks_nobody_and_shutdown_finishes_in_flight(tmp_path):
     llm = OpenAIServer().start()
     llm.default = Reply(content='{"intent": "SEARCH", "reason_code": "fresh_request"}', delay=2.0)
