@@ -320,7 +320,7 @@ def config_check(
     as_json: bool = Opt(False, "--json", help="Print the effective permissions as JSON."),
 ) -> None:
     """Load a router config strictly and print the effective roles -> skills -> permissions."""
-    from router.config import check_config, format_permissions
+    from router.rbac import check_config, format_permissions
 
     report = check_config(path)
     print(json.dumps(report, indent=2) if as_json else format_permissions(report))

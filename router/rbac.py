@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from router.config import RouterConfig
 from router.decision import DeniedSkill, GrantedSkills
@@ -56,3 +57,56 @@ def _denial_reason(config: RouterConfig, role: str, role_cfg, skill: str) -> str
     if missing:
         return f"role {role!r} lacks permission(s) {', '.join(missing)} needed by {skill!r}"
     return None
+
+
+# ------------------------------------------------------------------------------- config check
+def effective_permissions(config: RouterConfig) -> dict[str, dict[str, dict]]:
+    """roles -> skills -> {granted, permissions, requires_confirmation, reason} for every role and every
+    skill in the registry, exactly as ``grant_skills`` decides."""
+    table: dict[str, dict[str, dict]] = {}
+    for role in sorted(config.roles):
+        row: dict[str, dict] = {}
+        for skill in sorted(config.skills):
+            spec = config.skills[skill]
+            reason = skill_denial_reason(config, role, skill)
+            row[skill] = {
+                "granted": reason is None,
+                "permissions": list(spec.permissions),
+                "requires_confirmation": spec.requires_confirmation,
+                "reason": reason,
+            }
+        table[role] = row
+    return table
+
+
+def check_config(path: str | Path | None = None) -> dict:
+    """Load a router config strictly and return what it grants, as data:
+    ``{"source", "threshold", "fallback_intents", "roles": effective_permissions(...),
+    "intents": {intent: {"required": [...], "optional": [...]}}}``.
+    Raises FileNotFoundError or StrictLoadError (a ValueError whose lines start with ``file:line:``)."""
+    config = RouterConfig.load(path)
+    return {
+        "source": str(path) if path is not None else "router/config/default.yaml",
+        "threshold": config.threshold,
+        "fallback_intents": list(config.fallback_intents),
+        "intents": {
+            name: {"required": list(spec.required), "optional": list(spec.optional)}
+            for name, spec in config.intents.items()
+        },
+        "roles": effective_permissions(config),
+    }
+
+
+def format_permissions(report: dict) -> str:
+    """The roles -> skills -> permissions table of ``check_config`` as plain text, one line per pair."""
+    out = [f"{report['source']}: valid; threshold {report['threshold']}"]
+    for role, skills in report["roles"].items():
+        out.append(f"role {role}:")
+        for skill, e in skills.items():
+            perms = ", ".join(e["permissions"]) or "no permissions"
+            if e["granted"]:
+                confirm = "; requires confirmation" if e["requires_confirmation"] else ""
+                out.append(f"  + {skill} ({perms}){confirm}")
+            else:
+                out.append(f"  - {skill}: {e['reason']}")
+    return "\n".join(out)

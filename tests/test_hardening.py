@@ -17,8 +17,9 @@ import pytest
 
 from router import Router
 from router.classifier import Classification, Classifier
-from router.config import RouterConfig, check_config, effective_permissions, format_permissions
+from router.config import RouterConfig
 from router.manifest import ModelError
+from router.rbac import check_config, effective_permissions, format_permissions
 from router.routing import repair_text
 from router.verifier import LLMVerifier, VerifierError, VerifierSettings, VerifierUnavailable, redact_url
 from tests.conftest import ROOT, SHIPPED
