@@ -442,16 +442,19 @@ def test_end_to_end_onnx_report(onnx_report, tiny_exported, tmp_path):
     assert r["model"]["backend"] == "onnx" and r["model"]["variant"] == "int8"
     assert r["model"]["model_id"] == f"{manifest.model_id}/int8" and r["model"]["labels"] == manifest.labels
     assert r["threshold"] == 0.75 and r["thresholds"]["at_tau"]["tau"] == 0.75
-    assert r["data"]["n"] == 10 and sum(r["data"]["label_counts"].values()) == 10
+    assert r["data"]["n"] == 12 and sum(r["data"]["label_counts"].values()) == 12
     c = r["classification"]
-    assert c["n"] == 10 and sum(map(sum, c["confusion_matrix"]["matrix"])) == 10
-    assert len(r["misclassified"]) == round(10 * (1 - c["accuracy"]))
+    assert c["n"] == 12 and sum(map(sum, c["confusion_matrix"]["matrix"])) == 12
+    assert len(r["misclassified"]) == round(12 * (1 - c["accuracy"]))
+    sc = r["scope"]  # 10 in-scope + 2 OUT_OF_SCOPE rows, and the 7-row --oos file
+    assert sc["in_scope"]["n"] == 10 and sc["out_of_scope"]["n"] == 2 and sc["oos_file"]["n"] == 7
+    assert sc["distance_threshold"] == pytest.approx(manifest.in_scope.threshold, abs=1e-5)  # rounded
     assert [row["tau"] for row in r["thresholds"]["sweep"]][:2] == [0.3, 0.35] and r["thresholds"]["sweep"][
         -1
     ]["tau"] == 0.95
     assert r["oos"]["n"] == 7 and 0 <= r["oos"]["recall"] <= r["oos"]["router_recall"] <= 1
     assert r["oos"]["guardrail_share"] > 0  # "???" and "asdfgh" never reach the classifier in the router
-    assert r["latency"]["single"]["n"] == 10 and r["latency"]["single"]["p50_ms"] > 0
+    assert r["latency"]["single"]["n"] == 12 and r["latency"]["single"]["p50_ms"] > 0
     assert r["latency"]["batch"]["messages_per_second"] > 0
     assert r["verifier"] is None
 
@@ -526,7 +529,7 @@ def test_bare_checkpoint_uses_its_models_temperature(tiny_exported):
     assert p.backend == "torch" and p.temperature == pytest.approx(manifest.calibration.temperature)
     assert p.model_id == f"{manifest.model_id}/torch"
     probs = p.predict_proba(["run the nightly backup now", "hi"])
-    assert probs.shape == (2, 5) and np.allclose(probs.sum(axis=1), 1.0)
+    assert probs.shape == (2, 6) and np.allclose(probs.sum(axis=1), 1.0)
 
 
 class _StubPredictor:

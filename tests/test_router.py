@@ -15,6 +15,15 @@ from router.verifier import VerifierError, VerifierResult
 from tests.conftest import ROOT, SHIPPED, VAGUE, below_threshold
 
 
+def _load_without_distance(model_dir, **kw) -> Router:
+    """The tiny fixture model's in-scope distance is fitted on ten dev rows and calls most messages out
+    of scope; these tests force the threshold/verifier/fallback path, so they route without it (the
+    distance has its own tests in tests/test_out_of_scope.py)."""
+    r = Router.load(model_dir, **kw)
+    r.classifier.distance_threshold = None
+    return r
+
+
 @pytest.fixture(scope="module")
 def tiny_router(tiny_exported):
     model_dir, _ = tiny_exported
@@ -77,7 +86,7 @@ def test_admin_action_requires_confirmation(shipped_router):
 
 def test_below_threshold_without_verifier_gives_retrieval_and_synthesis(tiny_exported):
     model_dir, _ = tiny_exported
-    r = Router.load(model_dir, threshold=1.0)
+    r = _load_without_distance(model_dir, threshold=1.0)
     text = below_threshold(r)
     d = r.route(text, role="analyst")
     assert (d.source, d.reason_code.value, d.intent) == ("fallback", "no_verifier", None)
@@ -101,7 +110,7 @@ def test_skill_missing_from_registry_is_denied(tiny_exported):
     cfg.intents["SEARCH"].optional = ["reflection", "web_browse"]
     cfg.intents["ACTION"].optional = ["reflection", "web_browse"]
     cfg.intents["REASONING"].optional = ["web_browse"]
-    r = Router.load(model_dir, config=cfg, threshold=1.0)
+    r = _load_without_distance(model_dir, config=cfg, threshold=1.0)
     d = r.route(below_threshold(r), role="admin")
     denied = {x.skill: x.reason for x in d.denied}
     assert "web_browse" in denied and "not in the skill registry" in denied["web_browse"]
@@ -112,7 +121,7 @@ def test_role_missing_permission_is_denied(tiny_exported):
     model_dir, _ = tiny_exported
     cfg = RouterConfig.load()
     cfg.roles["viewer"].permissions = []  # skill listed, permission not held
-    r = Router.load(model_dir, config=cfg, threshold=1.0)
+    r = _load_without_distance(model_dir, config=cfg, threshold=1.0)
     d = r.route(below_threshold(r), role="viewer")
     reasons = {x.skill: x.reason for x in d.denied}
     assert "lacks permission(s) read_documents" in reasons["retrieval"]
@@ -148,7 +157,7 @@ def test_confident_message_skips_verifier(tiny_exported):
 
 def test_verifier_intent_is_used_below_threshold(tiny_exported):
     model_dir, _ = tiny_exported
-    r = Router.load(model_dir, verifier=FixedVerifier("MEMORY"), threshold=1.0)
+    r = _load_without_distance(model_dir, verifier=FixedVerifier("MEMORY"), threshold=1.0)
     d = r.route(below_threshold(r), role="researcher")
     assert (d.intent.value, d.source, d.reason_code.value) == ("MEMORY", "verifier", "verified")
     assert d.skills.required == ["memory"]
@@ -164,7 +173,7 @@ def test_verifier_intent_is_used_below_threshold(tiny_exported):
 )
 def test_verifier_failure_falls_back(tiny_exported, exc, reason):
     model_dir, _ = tiny_exported
-    r = Router.load(model_dir, verifier=FailingVerifier(exc), threshold=1.0)
+    r = _load_without_distance(model_dir, verifier=FailingVerifier(exc), threshold=1.0)
     d = r.route(below_threshold(r), role="analyst")
     assert (d.source, d.reason_code.value, d.intent) == ("fallback", reason, None)
     assert d.skills.required == ["retrieval", "synthesis"]
@@ -173,8 +182,10 @@ def test_verifier_failure_falls_back(tiny_exported, exc, reason):
 
 def test_follow_up_keeps_previous_intent(tiny_exported):
     model_dir, _ = tiny_exported
-    r = Router.load(model_dir, verifier=FixedVerifier("SEARCH", "same_domain_follow_up"), threshold=1.0)
-    p = Router.load(model_dir, verifier=FixedVerifier("PLANNING"), threshold=1.0)
+    r = _load_without_distance(
+        model_dir, verifier=FixedVerifier("SEARCH", "same_domain_follow_up"), threshold=1.0
+    )
+    p = _load_without_distance(model_dir, verifier=FixedVerifier("PLANNING"), threshold=1.0)
     prev = p.route(below_threshold(p), "admin")
     assert prev.intent.value == "PLANNING"
     d = r.route(below_threshold(r, "and for next week?", *VAGUE), role="admin", previous=prev)
@@ -186,7 +197,7 @@ def test_follow_up_keeps_previous_intent(tiny_exported):
 def test_low_signal_never_reaches_verifier(tiny_exported, text):
     model_dir, _ = tiny_exported
     v = FixedVerifier("ACTION")
-    d = Router.load(model_dir, verifier=v, threshold=1.0).route(text, role="admin")
+    d = _load_without_distance(model_dir, verifier=v, threshold=1.0).route(text, role="admin")
     assert (d.source, d.reason_code.value, d.intent) == ("guardrail", "low_signal", None)
     assert d.skills.all == [] and v.calls == 0
 
