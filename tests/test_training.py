@@ -157,3 +157,29 @@ def test_train_config_validation(tmp_path):
     cfg_file.write_text("max_stepz: 12\n")
     with pytest.raises(Exception, match="max_stepz"):
         TrainConfig.from_file(cfg_file)
+
+
+@pytest.mark.slow
+def test_build_trains_exports_and_evaluates_into_one_model_directory(tmp_path):
+    """The main job as a library call: train -> calibrate -> export (parity) -> evaluate, on the tiny
+    corpus, writing the model directory and the report; the result routes through the runtime."""
+    from router.routing import Router
+    from training.pipeline import build
+
+    out, reports = tmp_path / "model", tmp_path / "report"
+    lines: list[str] = []
+    manifest, report = build(
+        tiny_config(),
+        out,
+        report_dir=reports,
+        oos=TINY / "oos.jsonl",
+        report=lines.append,
+        show_progress=False,
+    )
+    assert [l for l in lines if l.startswith("==")] == ["== train + calibrate", "== export", "== evaluate"]
+    assert manifest.training["seconds"]["build_total"] > 0 and manifest.in_scope is not None
+    assert all(v.parity.passed for v in manifest.export.variants.values())
+    assert (reports / "eval.json").is_file() and (reports / "report.md").is_file()
+    assert report["data"]["n"] == 12 and report["oos"]["n"] == 7 and report["scope"]["in_scope"]["n"] == 10
+    d = Router.load(out).route("find the vpn setup guide", role="admin")
+    assert d.model_id == f"{manifest.model_id}/int8"
