@@ -145,37 +145,37 @@ class Router:
         return results, failed
 
     # ---------------------------------------------------------------------------------- stages
-    def _invalid(self, role: str, info: InputInfo, why: str) -> Decision:
+    def _skill_free(
+        self, role, info, reason, source, servable, message, trace, c=None, scope=None, latency=None
+    ):
+        """A decision that loads no skill: invalid input, low signal, out of scope."""
         return Decision(
             intent=None,
-            confidence=None,
-            source="guardrail",
-            reason_code=ReasonCode.INVALID_INPUT,
+            confidence=c.confidence if c is not None else None,
+            ranking=_ranking(c) if c is not None else [],
+            scope=scope,
+            source=source,
+            reason_code=reason,
             role=role,
             skills={"required": [], "optional": []},
-            servable=False,
-            message=f"invalid input ({why}): nothing was routed",
+            servable=servable,
+            message=message,
             threshold=self.threshold,
             model_id=self.classifier.model_id,
             input=info,
-            trace=[TraceStep(stage="guardrail", status="invalid_input", detail={"why": why})],
+            latency=latency or Latency(),
+            trace=trace,
         )
 
+    def _invalid(self, role: str, info: InputInfo, why: str) -> Decision:
+        trace = [TraceStep(stage="guardrail", status="invalid_input", detail={"why": why})]
+        message = f"invalid input ({why}): nothing was routed"
+        return self._skill_free(role, info, ReasonCode.INVALID_INPUT, "guardrail", False, message, trace)
+
     def _guardrail(self, role: str, info: InputInfo, why: str) -> Decision:
-        return Decision(
-            intent=None,
-            confidence=None,
-            source="guardrail",
-            reason_code=ReasonCode.LOW_SIGNAL,
-            role=role,
-            skills={"required": [], "optional": []},
-            servable=True,
-            message=f"low-signal input ({why}): no skills are loaded; ask the user what they need",
-            threshold=self.threshold,
-            model_id=self.classifier.model_id,
-            input=info,
-            trace=[TraceStep(stage="guardrail", status="low_signal", detail={"why": why})],
-        )
+        trace = [TraceStep(stage="guardrail", status="low_signal", detail={"why": why})]
+        message = f"low-signal input ({why}): no skills are loaded; ask the user what they need"
+        return self._skill_free(role, info, ReasonCode.LOW_SIGNAL, "guardrail", True, message, trace)
 
     def _decide(
         self, text: str, role: str, info: InputInfo, c: Classification, previous: Decision | None
@@ -275,22 +275,9 @@ class Router:
         )
 
     def _out_of_scope(self, c, scope, source, role, info, latency, trace) -> Decision:
-        return Decision(
-            intent=None,
-            confidence=c.confidence,
-            ranking=_ranking(c),
-            scope=scope,
-            source=source,
-            reason_code=ReasonCode.OUT_OF_SCOPE,
-            role=role,
-            skills={"required": [], "optional": []},
-            servable=True,
-            message="out of scope: the message needs no skill; reply directly without loading any",
-            threshold=self.threshold,
-            model_id=self.classifier.model_id,
-            input=info,
-            latency=latency,
-            trace=trace,
+        message = "out of scope: the message needs no skill; reply directly without loading any"
+        return self._skill_free(
+            role, info, ReasonCode.OUT_OF_SCOPE, source, True, message, trace, c, scope, latency
         )
 
     def _verify(self, text, c, previous, trace, latency):
