@@ -304,20 +304,23 @@ class Router:
             return None, "fallback", reason
         ms = (time.perf_counter() - t0) * 1000
         latency.verifier_ms = round(ms, 4)
-        if res.intent == OUT_OF_SCOPE and res.reason_code != "same_domain_follow_up":
-            trace.append(
-                TraceStep(
-                    stage="verifier",
-                    status="accepted",
-                    ms=round(ms, 4),
-                    detail={"intent": res.intent, "reason_code": res.reason_code, "attempts": res.attempts},
-                )
-            )
-            return None, "verifier", ReasonCode.OUT_OF_SCOPE
-        if res.intent not in INTENTS and not (
+        keep_previous = (
             res.reason_code == "same_domain_follow_up"
             and previous is not None
             and previous.intent is not None
+        )
+        detail = {
+            "intent": res.intent,
+            "reason_code": res.reason_code,
+            "attempts": res.attempts,
+            "breaker": res.breaker,
+        }
+        if keep_previous:
+            detail["kept_previous"] = previous.intent.value
+            trace.append(TraceStep(stage="verifier", status="accepted", ms=round(ms, 4), detail=detail))
+            return previous.intent.value, "verifier", ReasonCode.FOLLOW_UP
+        if res.intent not in INTENTS and not (
+            res.intent == OUT_OF_SCOPE and res.reason_code != "same_domain_follow_up"
         ):
             trace.append(
                 TraceStep(
@@ -328,27 +331,9 @@ class Router:
                 )
             )
             return None, "fallback", ReasonCode.VERIFIER_FAILED
-        detail = {
-            "intent": res.intent,
-            "reason_code": res.reason_code,
-            "attempts": res.attempts,
-            "breaker": res.breaker,
-        }
-        if (
-            res.reason_code == "same_domain_follow_up"
-            and previous is not None
-            and previous.intent is not None
-        ):
-            trace.append(
-                TraceStep(
-                    stage="verifier",
-                    status="accepted",
-                    ms=round(ms, 4),
-                    detail={**detail, "kept_previous": previous.intent.value},
-                )
-            )
-            return previous.intent.value, "verifier", ReasonCode.FOLLOW_UP
         trace.append(TraceStep(stage="verifier", status="accepted", ms=round(ms, 4), detail=detail))
+        if res.intent == OUT_OF_SCOPE:
+            return None, "verifier", ReasonCode.OUT_OF_SCOPE
         return res.intent, "verifier", ReasonCode.VERIFIED
 
 
