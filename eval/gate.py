@@ -254,6 +254,18 @@ def gate_passed(checks: list[Check]) -> bool:
     return all(ch.passed for ch in checks)
 
 
+GATE_COLUMNS = ["check", "value", "limit", "baseline", "result", "detail"]
+
+
+def gate_rows(checks: list[Check]) -> list[list[str]]:
+    """The checks as table rows (``GATE_COLUMNS``), for people."""
+    f = lambda x: "-" if x is None else f"{x:.4f}"  # noqa: E731
+    return [
+        [c.name, f(c.value), f"{c.op} {f(c.limit)}", f(c.baseline), "pass" if c.passed else "FAIL", c.detail]
+        for c in checks
+    ]
+
+
 def gate_notes(report: dict, baseline: dict) -> list[str]:
     """Differences that do not fail the gate but make the comparison less direct."""
     notes = []

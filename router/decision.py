@@ -107,6 +107,22 @@ class Decision(BaseModel):
     latency: Latency = Field(default_factory=Latency)
     trace: list[TraceStep] = Field(default_factory=list)
 
+    def brief(self) -> dict:
+        """The one-line view the CLI prints per message (not part of the JSON schema)."""
+        skills = ",".join(self.skills.required) + (
+            "+" + ",".join(self.skills.optional) if self.skills.optional else ""
+        )
+        return {
+            "intent": self.intent.value if self.intent else "-",
+            "confidence": f"{self.confidence:.3f}" if self.confidence is not None else "-",
+            "source": self.source,
+            "reason": self.reason_code.value,
+            "skills": skills,
+            "confirm": self.requires_confirmation,
+            "servable": self.servable,
+            "ms": round(self.latency.total_ms, 3),
+        }
+
 
 def decision_json_schema() -> dict:
     return Decision.model_json_schema()
