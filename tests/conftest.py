@@ -103,3 +103,52 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if TRAINING_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+
+
+# ------------------------------------------------------------- verifier tests: real loopback servers
+@pytest.fixture
+def openai_server():
+    """A started OpenAIServer on 127.0.0.1; stopped after the test."""
+    from tests.openai_server import OpenAIServer
+
+    with OpenAIServer().start() as server:
+        yield server
+
+
+@pytest.fixture
+def llama_cpp_server():
+    """An OpenAIServer that rejects response_format json_schema with HTTP 500, like llama-cpp-python."""
+    from tests.openai_server import OpenAIServer
+
+    with OpenAIServer(reject=("json_schema",)).start() as server:
+        yield server
+
+
+@pytest.fixture
+def closed_port() -> int:
+    from tests.openai_server import free_port
+
+    return free_port()
+
+
+@pytest.fixture
+def make_verifier():
+    """Make LLMVerifiers (test key, 1 s timeout) for a server or URL; closed after the test."""
+    from router.verifier import LLMVerifier, VerifierSettings
+    from tests.openai_server import OpenAIServer
+    from tests.verifier_support import KEY
+
+    made = []
+
+    def make(target, **kw):
+        base = target.base_url if isinstance(target, OpenAIServer) else target
+        kw.setdefault("timeout", 1.0)
+        kw.setdefault("model", "test-model")
+        kw.setdefault("api_key", KEY)
+        v = LLMVerifier(VerifierSettings(base_url=base, **kw))
+        made.append(v)
+        return v
+
+    yield make
+    for v in made:
+        v.close()
