@@ -65,8 +65,14 @@ def scale_rows(model, names: set[str]):
     fp32; after quantization every row gets its own effective activation scale)."""
     from onnx import helper, numpy_helper
 
-    eps = "rowscale_eps"
+    eps, axes = "rowscale_eps", "rowscale_axes"
     model.graph.initializer.append(numpy_helper.from_array(np.array(1e-6, np.float32), eps))
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 17)
+    if opset >= 18:  # ReduceMax takes its axes as an input from opset 18
+        model.graph.initializer.append(numpy_helper.from_array(np.array([-1], np.int64), axes))
+        reduce = {"inputs": [axes], "attrs": {}}
+    else:
+        reduce = {"inputs": [], "attrs": {"axes": [-1]}}
     out = []
     for n in model.graph.node:
         if n.name not in names:
@@ -76,7 +82,12 @@ def scale_rows(model, names: set[str]):
         out += [
             helper.make_node("Abs", [x], [p + "_abs"], name=p + "_abs"),
             helper.make_node(
-                "ReduceMax", [p + "_abs"], [p + "_rmax"], name=p + "_rmax", axes=[-1], keepdims=1
+                "ReduceMax",
+                [p + "_abs", *reduce["inputs"]],
+                [p + "_rmax"],
+                name=p + "_rmax",
+                keepdims=1,
+                **reduce["attrs"],
             ),
             helper.make_node("Max", [p + "_rmax", eps], [p + "_r"], name=p + "_r"),
             helper.make_node("Div", [x, p + "_r"], [p + "_xn"], name=p + "_xn"),
