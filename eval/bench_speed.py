@@ -62,11 +62,15 @@ def bench_router(
     load_s = time.perf_counter() - t0
     single = time_calls(lambda t: router.route(t, role), texts, warmup)
     tput = _throughput(lambda b: router.route_batch(b, role), texts, batch_size)
+    graph = _throughput(router.classifier.predict, texts, batch_size)  # tokenize + ONNX only
     return {
         "name": f"router onnx {variant}",
         "load_s": load_s,
         **_percentiles(single),
         "batch_msgs_per_s": tput,
+        "classifier_msgs_per_s": graph,
+        # what route_batch adds per message over the classifier alone (guardrail, decisions, RBAC)
+        "router_overhead_ms": max(0.0, 1000 / tput - 1000 / graph),
         "batch_size": batch_size,
         "rss_added_mb": _rss_mb() - rss0,
     }
@@ -93,6 +97,37 @@ def bench_predictor(
     }
 
 
+# issue #12's goals for the default (int8) router, checked on the median of the runs
+GOALS = {
+    "p50_ms": 1.0,
+    "p99_ms": 2.0,
+    "speedup_p50_vs_setfit": 8.0,
+    "batch_msgs_per_s": 1500.0,
+    "router_overhead_ms": 0.1,
+}
+_SPREAD = ("p50_ms", "p99_ms", "batch_msgs_per_s", "router_overhead_ms")
+
+
+def _median_row(runs: list[dict]) -> dict:
+    """One row from the same backend's runs: the median of every number, and min/max of the key ones."""
+    row = dict(runs[0])
+    for k, v in runs[0].items():
+        if isinstance(v, float):
+            row[k] = statistics.median(r[k] for r in runs)
+    row["runs"] = len(runs)
+    row["spread"] = {k: [min(r[k] for r in runs), max(r[k] for r in runs)] for k in _SPREAD if k in row}
+    return row
+
+
+def check_goals(row: dict) -> dict[str, bool]:
+    """Which of GOALS a router row meets (``>=`` for speed-up and throughput, ``<=`` for times)."""
+    return {
+        k: (row[k] >= bound if k in ("speedup_p50_vs_setfit", "batch_msgs_per_s") else row[k] <= bound)
+        for k, bound in GOALS.items()
+        if k in row
+    }
+
+
 def run_speed_benchmark(
     model_dir: str | Path,
     texts: Sequence[str],
@@ -101,41 +136,53 @@ def run_speed_benchmark(
     batch_size: int = 64,
     threads: int | None = None,
     report: Callable[[str], None] = print,
+    runs: int = 3,
 ) -> dict:
     """Benchmark every exported variant on the same messages, and ``reference`` (a name and a loader of a
-    Predictor, e.g. SetFit PyTorch opened by the training side) if given; ratios are against the reference."""
+    Predictor, e.g. SetFit PyTorch opened by the training side) if given, ``runs`` times interleaved; each
+    row is the median of the runs with the spread; ratios are against the reference."""
     from router.manifest import load_manifest
 
     model_dir = Path(model_dir)
     manifest = load_manifest(model_dir)
-    rows = []
-    for v in variants:
-        if (
-            manifest.export
-            and v in manifest.export.variants
-            and (model_dir / manifest.export.variants[v].file.path).is_file()
-        ):
-            report(f"benchmarking router onnx {v} ...")
+    present = [
+        v
+        for v in variants
+        if manifest.export
+        and v in manifest.export.variants
+        and (model_dir / manifest.export.variants[v].file.path).is_file()
+    ]
+    for v in set(variants) - set(present):
+        report(f"skipping onnx {v}: not in {model_dir}")
+    per_run: list[list[dict]] = []
+    for run in range(max(1, runs)):
+        rows = []
+        for v in present:
+            report(f"run {run + 1}/{runs}: router onnx {v} ...")
             rows.append(bench_router(model_dir, texts, v, batch_size=batch_size, threads=threads))
-        else:
-            report(f"skipping onnx {v}: not in {model_dir}")
-    if reference is not None:
-        report(f"benchmarking {reference[0]} ...")
-        rows.append(bench_predictor(reference[0], reference[1], texts, batch_size=batch_size))
-    ref = rows[-1] if reference is not None else None
-    if ref:
-        for r in rows:
+        if reference is not None:
+            report(f"run {run + 1}/{runs}: {reference[0]} ...")
+            rows.append(bench_predictor(reference[0], reference[1], texts, batch_size=batch_size))
+        ref = rows[-1] if reference is not None else None
+        for r in rows if ref else ():
             r["speedup_p50_vs_setfit"] = ref["p50_ms"] / r["p50_ms"]
             r["throughput_vs_setfit"] = r["batch_msgs_per_s"] / ref["batch_msgs_per_s"]
+        per_run.append(rows)
+    rows = [_median_row([run[i] for run in per_run]) for i in range(len(per_run[0]))]
+    for r in rows:
+        if r["name"].startswith("router onnx"):
+            r["goals"] = check_goals(r)
     return {
         "model": manifest.model_id,
         "messages": len(texts),
         "mean_words": statistics.fmean(len(t.split()) for t in texts) if texts else 0,
+        "int8_recipe": (manifest.export.variants["int8"].recipe if "int8" in present else None),
         "machine": {
             "cpus": os.cpu_count(),
             "platform": platform.platform(),
             "processor": platform.processor() or platform.machine(),
             "python": platform.python_version(),
+            "load_avg": os.getloadavg() if hasattr(os, "getloadavg") else None,
         },
         "rows": rows,
     }
@@ -150,6 +197,7 @@ def table_rows(result: dict) -> tuple[list[str], list[list[str]]]:
         "p95 ms",
         "p99 ms",
         "batch msg/s",
+        "overhead ms",
         "RSS +MB",
         "p50 speed-up",
         "tput ratio",
@@ -161,7 +209,13 @@ def table_rows(result: dict) -> tuple[list[str], list[list[str]]]:
             f"{r['p50_ms']:.2f}",
             f"{r['p95_ms']:.2f}",
             f"{r['p99_ms']:.2f}",
-            f"{r['batch_msgs_per_s']:.0f}",
+            f"{r['batch_msgs_per_s']:.0f}"
+            + (
+                f" ({r['spread']['batch_msgs_per_s'][0]:.0f}-{r['spread']['batch_msgs_per_s'][1]:.0f})"
+                if "spread" in r and r.get("runs", 1) > 1
+                else ""
+            ),
+            f"{r['router_overhead_ms']:.3f}" if "router_overhead_ms" in r else "-",
             f"{r['rss_added_mb']:.0f}",
             f"{r['speedup_p50_vs_setfit']:.1f}x" if "speedup_p50_vs_setfit" in r else "-",
             f"{r['throughput_vs_setfit']:.1f}x" if "throughput_vs_setfit" in r else "-",

@@ -135,13 +135,17 @@ class Classifier:
         dist = np.empty(len(encs), dtype=np.float32) if len(self._outputs) > 1 else None
         for start in range(0, len(order), self.max_batch):
             idx = order[start : start + self.max_batch]
-            width = len(encs[idx[-1]].ids)
-            ids = np.zeros((len(idx), width), dtype=np.int64)
-            mask = np.zeros((len(idx), width), dtype=np.int64)
-            for row, i in enumerate(idx):
-                n = len(encs[i].ids)
-                ids[row, :n] = encs[i].ids
-                mask[row, :n] = encs[i].attention_mask
+            if len(idx) == 1:  # no padding: the arrays straight from the encoding
+                ids = np.asarray([encs[idx[0]].ids], dtype=np.int64)
+                mask = np.asarray([encs[idx[0]].attention_mask], dtype=np.int64)
+            else:
+                width = len(encs[idx[-1]].ids)
+                ids = np.zeros((len(idx), width), dtype=np.int64)
+                mask = np.zeros((len(idx), width), dtype=np.int64)
+                for row, i in enumerate(idx):
+                    n = len(encs[i].ids)
+                    ids[row, :n] = encs[i].ids
+                    mask[row, :n] = encs[i].attention_mask
             out = self.session.run(self._outputs, {"input_ids": ids, "attention_mask": mask})
             probs[idx] = out[0]
             if dist is not None:

@@ -148,12 +148,19 @@ class Parity(BaseModel):
     max_rel_distance_diff: float | None = None
     min_required: float
     passed: bool
+    # the same texts classified in length-sorted batches (the route_batch path)
+    batched_top1_agreement: float | None = None
+    batched_max_abs_prob_diff: float | None = None
+    batched_in_scope_agreement: float | None = None
+    max_abs_prob_diff_allowed: float | None = None
 
 
 class Variant(BaseModel):
     file: FileEntry
     quantization: str | None = None
     parity: Parity | None = None
+    recipe: str | None = None  # the int8 recipe kept (training.quantize.RECIPES)
+    rejected: list[str] = Field(default_factory=list)  # recipes tried first that failed parity, and why
 
 
 class Calibration(BaseModel):

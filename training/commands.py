@@ -196,6 +196,7 @@ def bench_speed(
     batch_size: int = Opt(64),
     threads: int | None = Opt(None, help="onnxruntime intra-op threads (default: all cores)."),
     out: Path | None = Opt(None, help="Also write the results as JSON."),
+    runs: int = Opt(3, help="Interleaved runs; every figure is their median (spread in the JSON)."),
 ) -> None:
     """Latency, throughput, load time and memory: ONNX int8 and fp32 routers beside SetFit PyTorch."""
     from eval.bench_speed import table_rows
@@ -210,6 +211,7 @@ def bench_speed(
         threads=threads,
         out=out,
         report=say,
+        runs=runs,
     )
     table(f"{res['model']}: {res['messages']} messages, {res['machine']['cpus']} CPUs", *table_rows(res))
     if out:

@@ -104,6 +104,7 @@ def speed_benchmark(
     threads: int | None = None,
     out: str | Path | None = None,
     report: Reporter = print,
+    runs: int = 3,
 ) -> dict:
     """Time the exported router (int8, fp32) beside SetFit PyTorch (when the model has its checkpoint)
     on the first ``limit`` messages of ``data``; with ``out``, also write the results as JSON."""
@@ -123,7 +124,7 @@ def speed_benchmark(
     elif include_torch:
         report(f"skipping setfit pytorch: no checkpoint at {ckpt} (train the model to compare)")
     res = run_speed_benchmark(
-        model, texts, reference=reference, batch_size=batch_size, threads=threads, report=report
+        model, texts, reference=reference, batch_size=batch_size, threads=threads, report=report, runs=runs
     )
     if out is not None:
         write_json(res, out)

@@ -1,0 +1,110 @@
+"""The export's graph recipes on small hand-built graphs (fast), and the recipe the tiny model keeps (slow)."""
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+
+def _graph(path, hidden=16, out=8, seed=0):
+    """x -> /transformer/.../MatMul (constant weight) -> /MatMul (the head): shaped like the export."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    w1 = numpy_helper.from_array(rng.normal(size=(hidden, hidden)).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array(rng.normal(size=(hidden, out)).astype(np.float32), "w2")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"], name="/transformer/layer.0/dense/MatMul"),
+        helper.make_node("MatMul", ["h", "w2"], ["y"], name="/MatMul"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "t", hidden])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "t", out])],
+        [w1, w2],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.save(model, str(path))
+    return model
+
+
+def _run(path, x):
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+
+def _activations(seed=1):
+    x = np.random.default_rng(seed).normal(size=(3, 5, 16)).astype(np.float32)
+    x[:, 0, 3] = 40.0  # a massive activation on the first token, as BERT's [CLS] has
+    return x
+
+
+def test_transformer_nodes_leave_the_head_alone(tmp_path):
+    from training.quantize import transformer_nodes
+
+    model = _graph(tmp_path / "g.onnx")
+    assert transformer_nodes(model) == ["/transformer/layer.0/dense/MatMul"]
+
+
+def test_row_scaling_is_exact_in_fp32(tmp_path):
+    from training.quantize import scale_rows, transformer_nodes
+
+    model = _graph(tmp_path / "g.onnx")
+    scaled = scale_rows(model, set(transformer_nodes(model)))
+    onnx.save(scaled, str(tmp_path / "scaled.onnx"))
+    x = _activations()
+    np.testing.assert_allclose(
+        _run(tmp_path / "scaled.onnx", x), _run(tmp_path / "g.onnx", x), rtol=1e-5, atol=1e-4
+    )
+
+
+def test_rowscaled_int8_beats_plain_dynamic_int8_on_an_outlier_token(tmp_path):
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from training.quantize import quantize
+
+    _graph(tmp_path / "g.onnx")
+    desc = quantize("rowscaled-int8", tmp_path / "g.onnx", tmp_path / "g.onnx", tmp_path / "q.onnx")
+    assert desc.startswith("rowscaled-int8")
+    ops = {n.op_type for n in onnx.load(str(tmp_path / "q.onnx")).graph.node}
+    assert ops & {"MatMulInteger", "DynamicQuantizeMatMul"}
+    quantize_dynamic(str(tmp_path / "g.onnx"), str(tmp_path / "plain.onnx"), weight_type=QuantType.QInt8)
+    x = _activations()
+    ref = _run(tmp_path / "g.onnx", x)
+    err_rows = np.abs(_run(tmp_path / "q.onnx", x) - ref)[:, 1:].max()  # the tokens without the outlier
+    err_plain = np.abs(_run(tmp_path / "plain.onnx", x) - ref)[:, 1:].max()
+    assert err_rows < err_plain / 2
+
+
+def test_unknown_recipe(tmp_path):
+    from training.quantize import quantize
+
+    with pytest.raises(ValueError, match="unknown int8 recipe"):
+        quantize("int3", tmp_path / "a", tmp_path / "b", tmp_path / "c")
+
+
+def test_speed_goals_are_checked_both_ways():
+    from eval.bench_speed import check_goals
+
+    row = {"p50_ms": 0.9, "p99_ms": 2.5, "speedup_p50_vs_setfit": 9.0, "batch_msgs_per_s": 1400.0}
+    assert check_goals(row) == {
+        "p50_ms": True,
+        "p99_ms": False,
+        "speedup_p50_vs_setfit": True,
+        "batch_msgs_per_s": False,
+    }
+
+
+@pytest.mark.slow
+def test_tiny_export_keeps_a_recipe_that_passes_parity_single_and_batched(tiny_exported):
+    from training.export import MAX_PROB_DIFF
+
+    _, manifest = tiny_exported
+    int8 = manifest.export.variants["int8"]
+    assert int8.recipe in ("rowscaled-int8", "nbits8-b32")
+    p = int8.parity
+    assert p.passed and p.top1_agreement >= 0.995 and p.batched_top1_agreement >= 0.995
+    assert p.max_abs_prob_diff <= MAX_PROB_DIFF and p.batched_max_abs_prob_diff <= MAX_PROB_DIFF
+    assert p.max_abs_prob_diff_allowed == MAX_PROB_DIFF
+    assert manifest.export.variants["fp32"].parity.batched_top1_agreement == 1.0
