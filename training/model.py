@@ -154,6 +154,10 @@ class IntentModel:
 
                 trainer.st_trainer.remove_callback(ProgressCallback)  # rich bar / our lines instead of tqdm
                 trainer.st_trainer.remove_callback(PrinterCallback)
+                if config.length_buckets:
+                    from training.batching import LengthBucketBatchSampler
+
+                    trainer.st_trainer.args.batch_sampler = LengthBucketBatchSampler
                 t0 = time.perf_counter()
                 body_ds = _contrastive_rows(ds, config.contrastive_oos_rows, config.seed)
                 trainer.train_embeddings(*trainer.dataset_to_parameters(body_ds), args=args)
