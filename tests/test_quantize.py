@@ -193,3 +193,30 @@ def test_tiny_export_with_a_keep_recipe_records_the_kept_nodes_and_per_split_par
     p = int8.parity
     assert set(p.split_top1_agreement) == set(p.batched_split_top1_agreement) == {"test", "oos"}
     assert set(p.quality) == {"test"} and {"accuracy", "ece", "reference_accuracy"} <= set(p.quality["test"])
+
+
+def test_margin_shortfalls_name_what_is_close_to_the_gates():
+    from router.manifest import Parity
+    from training.parity import margin_shortfalls
+
+    p = Parity(
+        n=100,
+        top1_agreement=0.998,
+        max_abs_prob_diff=0.05,
+        in_scope_agreement=0.999,
+        min_required=0.995,
+        passed=True,
+        batched_top1_agreement=0.996,
+        batched_max_abs_prob_diff=0.13,
+        batched_in_scope_agreement=None,
+    )
+    assert margin_shortfalls(p) == [
+        "batched top-1 agreement 0.9960 (margin >= 0.997)",
+        "batched max |dp| 0.1300 (margin <= 0.12)",
+    ]
+    assert (
+        margin_shortfalls(
+            p.model_copy(update={"batched_top1_agreement": 1.0, "batched_max_abs_prob_diff": 0.1})
+        )
+        == []
+    )

@@ -26,6 +26,7 @@ from training.parity import (  # noqa: F401  (re-exported: the gates live with t
     ParityText,
     check_parity,
     load_parity_text,
+    margin_shortfalls,
     reference,
 )
 from training.quantize import DEFAULT_RECIPES, fuse_transformer, kept_count, quantize, rank_sensitivity
@@ -209,7 +210,10 @@ def export_model(
         rejected: list[str] = []
         ranking: list[tuple[str, float]] = []
         calib = list(calibration_texts or _calibration_texts(manifest, parity.texts))
-        for recipe in recipes:
+        fallback = None  # the first recipe that passes the gates but not with MARGIN
+
+        def build(recipe: str) -> tuple[Variant, list[str]]:
+            nonlocal ranking
             t0 = time.perf_counter()
             if kept_count(recipe) and not ranking:
                 ranking = rank_sensitivity(fp32_path, _feeds(tokenizer, calib, manifest.max_seq_length))
@@ -228,12 +232,23 @@ def export_model(
             spec = register("int8", recipe, description)
             spec.kept_nodes = dict(keep)
             spec.calibration_texts = len(calib) if keep else None
-            failed = check_parity(model, model_dir, manifest, parity, report, ["int8"], ref)
+            return spec, check_parity(model, model_dir, manifest, parity, report, ["int8"], ref)
+
+        for recipe in recipes:
+            spec, failed = build(recipe)
             if not failed:
-                break
+                short = margin_shortfalls(spec.parity)
+                if not short:
+                    break
+                failed = [f"int8 ({recipe}) passes, without margin: {', '.join(short)}"]
+                fallback = fallback or recipe
             rejected += failed
             report(f"int8 {recipe} rejected: {'; '.join(failed)}")
         else:
+            if fallback is not None:
+                report(f"int8: no recipe passes with margin; keeping {fallback}, the first that passes")
+                spec, failed = build(fallback)
+                rejected = [r for r in rejected if not r.startswith(f"int8 ({fallback})")]
             failures += failed
         spec.rejected = [r for r in rejected if r not in failures]
     manifest.save(model_dir)

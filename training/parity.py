@@ -19,6 +19,9 @@ from router.manifest import Manifest, ModelError, Parity
 PARITY_MIN = {"fp32": 1.0, "int8": 0.995}
 MAX_PROB_DIFF = 0.15
 PARITY_BATCH = 32
+# Export prefers a recipe that clears the gates with this margin (fastest first); a recipe that only
+# passes the gates is kept when none does.
+MARGIN = {"agreement": 0.997, "max_abs_prob_diff": 0.12}
 
 
 class ParityError(ModelError):
@@ -56,6 +59,26 @@ def reference(model, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray | Non
     if not texts:
         raise ValueError("parity needs at least one text")
     return model.predict_with_distance(list(texts))
+
+
+def margin_shortfalls(parity: Parity) -> list[str]:
+    """Where a passing variant comes closer to the gates than MARGIN (top-1 and in-scope flag agreement,
+    max |dp|, single and batched)."""
+    values = {
+        "top-1 agreement": (parity.top1_agreement, parity.batched_top1_agreement),
+        "in-scope flag agreement": (parity.in_scope_agreement, parity.batched_in_scope_agreement),
+        "max |dp|": (parity.max_abs_prob_diff, parity.batched_max_abs_prob_diff),
+    }
+    out = []
+    for what, pair in values.items():
+        for mode, v in zip(("single", "batched"), pair, strict=True):
+            if v is None:
+                continue
+            if what == "max |dp|" and v > MARGIN["max_abs_prob_diff"]:
+                out.append(f"{mode} {what} {v:.4f} (margin <= {MARGIN['max_abs_prob_diff']})")
+            elif what != "max |dp|" and v < MARGIN["agreement"]:
+                out.append(f"{mode} {what} {v:.4f} (margin >= {MARGIN['agreement']})")
+    return out
 
 
 def _quality(probs: np.ndarray, y: np.ndarray) -> dict[str, float]:
