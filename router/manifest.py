@@ -153,6 +153,11 @@ class Parity(BaseModel):
     batched_max_abs_prob_diff: float | None = None
     batched_in_scope_agreement: float | None = None
     max_abs_prob_diff_allowed: float | None = None
+    # top-1 agreement per parity file (split), single and batched, when the text came from several files
+    split_top1_agreement: dict[str, float] | None = None
+    batched_split_top1_agreement: dict[str, float] | None = None
+    # labelled splits: accuracy and ECE of this graph and of the PyTorch model (reference_*)
+    quality: dict[str, dict[str, float]] | None = None
 
 
 class Variant(BaseModel):
@@ -161,6 +166,9 @@ class Variant(BaseModel):
     parity: Parity | None = None
     recipe: str | None = None  # the int8 recipe kept (training.quantize.RECIPES)
     rejected: list[str] = Field(default_factory=list)  # recipes tried first that failed parity, and why
+    # encoder nodes a -keepK recipe left out of int8 -> their sensitivity (max |dp| when quantized alone)
+    kept_nodes: dict[str, float] = Field(default_factory=dict)
+    calibration_texts: int | None = None  # texts of the sensitivity pass
 
 
 class Calibration(BaseModel):

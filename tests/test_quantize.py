@@ -1,5 +1,7 @@
 """The export's graph recipes on small hand-built graphs (fast), and the recipe the tiny model keeps (slow)."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -7,23 +9,28 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
 
-def _graph(path, hidden=16, out=8, seed=0):
-    """x -> /transformer/.../MatMul (constant weight) -> /MatMul (the head): shaped like the export."""
+def _graph(path, hidden=16, out=8, seed=0, layers=1):
+    """x -> /transformer/.../MatMul (constant weight; ``layers`` of them) -> /MatMul (the head): shaped like
+    the export."""
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(seed)
-    w1 = numpy_helper.from_array(rng.normal(size=(hidden, hidden)).astype(np.float32), "w1")
+    weights = [rng.normal(size=(hidden, hidden)).astype(np.float32) for _ in range(layers)]
     w2 = numpy_helper.from_array(rng.normal(size=(hidden, out)).astype(np.float32), "w2")
-    nodes = [
-        helper.make_node("MatMul", ["x", "w1"], ["h"], name="/transformer/layer.0/dense/MatMul"),
-        helper.make_node("MatMul", ["h", "w2"], ["y"], name="/MatMul"),
-    ]
+    inits, nodes, x = [w2], [], "x"
+    for i, w in enumerate(weights):
+        inits.append(numpy_helper.from_array(w, f"w1_{i}"))
+        nodes.append(
+            helper.make_node("MatMul", [x, f"w1_{i}"], [f"h{i}"], name=f"/transformer/layer.{i}/dense/MatMul")
+        )
+        x = f"h{i}"
+    nodes.append(helper.make_node("MatMul", [x, "w2"], ["y"], name="/MatMul"))
     g = helper.make_graph(
         nodes,
         "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "t", hidden])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "t", out])],
-        [w1, w2],
+        inits,
     )
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     onnx.save(model, str(path))
@@ -77,6 +84,61 @@ def test_rowscaled_int8_beats_plain_dynamic_int8_on_an_outlier_token(tmp_path):
     assert err_rows < err_plain / 2
 
 
+def test_keep_recipes_come_between_the_fast_and_the_faithful_one():
+    from training.quantize import DEFAULT_RECIPES, RECIPES, kept_count
+
+    assert DEFAULT_RECIPES[0] == "rowscaled-int8" and DEFAULT_RECIPES[-1] == "nbits8-b32"
+    counts = [kept_count(r) for r in DEFAULT_RECIPES[1:-1]]
+    assert counts == sorted(counts) and counts[0] > 0
+    assert set(DEFAULT_RECIPES) <= set(RECIPES) and kept_count("nbits8-b32") == 0
+
+
+def test_sensitivity_ranks_the_node_reading_an_outlier_channel_first(tmp_path):
+    from training.quantize import rank_sensitivity
+
+    _graph(tmp_path / "g.onnx", layers=2)
+    feeds = [{"x": _activations(seed)} for seed in (1, 2)]
+    for f in feeds:
+        f["x"][:, :, 7] = 500.0  # a massive channel in every token: per-token scaling cannot help layer.0
+    ranking = rank_sensitivity(tmp_path / "g.onnx", feeds)
+    assert [n for n, _ in ranking] == [
+        "/transformer/layer.0/dense/MatMul",
+        "/transformer/layer.1/dense/MatMul",
+    ]
+
+
+def test_keep_recipe_leaves_the_kept_node_in_matmul_nbits(tmp_path):
+    from training.quantize import quantize
+
+    _graph(tmp_path / "g.onnx", layers=2)
+    kept = "/transformer/layer.0/dense/MatMul"
+    quantize(
+        "rowscaled-int8-keep2", tmp_path / "g.onnx", tmp_path / "g.onnx", tmp_path / "q.onnx", keep=[kept]
+    )
+    nodes = onnx.load(str(tmp_path / "q.onnx")).graph.node
+    ops = {n.op_type for n in nodes}
+    assert "MatMulNBits" in ops and ops & {"MatMulInteger", "DynamicQuantizeMatMul"}
+    assert [n.op_type for n in nodes if n.name.startswith(kept.removesuffix("/MatMul"))] == ["MatMulNBits"]
+    x = _activations()
+    ref = _run(tmp_path / "g.onnx", x)
+    assert np.abs(_run(tmp_path / "q.onnx", x) - ref).max() < 0.05 * np.abs(ref).max()
+
+
+def test_parity_text_keeps_splits_and_labels_of_labelled_files(tmp_path):
+    import json
+
+    from training.parity import load_parity_text
+
+    (tmp_path / "test.jsonl").write_text(
+        "".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in [("a", "SEARCH"), ("b", "MEMORY")])
+    )
+    (tmp_path / "oos.jsonl").write_text(json.dumps({"text": "c"}) + "\n")
+    text = load_parity_text([tmp_path / "test.jsonl", tmp_path / "oos.jsonl"], ["MEMORY", "SEARCH"])
+    assert text.texts == ["a", "b", "c"]
+    assert text.splits == {"test": slice(0, 2), "oos": slice(2, 3)}
+    assert list(text.labels) == ["test"] and text.labels["test"].tolist() == [1, 0]
+
+
 def test_unknown_recipe(tmp_path):
     from training.quantize import quantize
 
@@ -99,12 +161,62 @@ def test_speed_goals_are_checked_both_ways():
 @pytest.mark.slow
 def test_tiny_export_keeps_a_recipe_that_passes_parity_single_and_batched(tiny_exported):
     from training.export import MAX_PROB_DIFF
+    from training.quantize import DEFAULT_RECIPES
 
     _, manifest = tiny_exported
     int8 = manifest.export.variants["int8"]
-    assert int8.recipe in ("rowscaled-int8", "nbits8-b32")
+    assert int8.recipe in DEFAULT_RECIPES
     p = int8.parity
     assert p.passed and p.top1_agreement >= 0.995 and p.batched_top1_agreement >= 0.995
     assert p.max_abs_prob_diff <= MAX_PROB_DIFF and p.batched_max_abs_prob_diff <= MAX_PROB_DIFF
     assert p.max_abs_prob_diff_allowed == MAX_PROB_DIFF
     assert manifest.export.variants["fp32"].parity.batched_top1_agreement == 1.0
+
+
+@pytest.mark.slow
+def test_tiny_export_with_a_keep_recipe_records_the_kept_nodes_and_per_split_parity(tiny_trained, tmp_path):
+    import shutil
+
+    from training.export import export_model
+
+    src, _ = tiny_trained
+    out = tmp_path / "model"
+    shutil.copytree(src, out)
+    tiny = Path(__file__).parent / "fixtures" / "tiny"
+    files = [tiny / "test.jsonl", tiny / "oos.jsonl"]
+    manifest = export_model(
+        out, parity_file=files, variants=("int8",), recipes=("rowscaled-int8-keep2",), report=lambda _: None
+    )
+    int8 = manifest.export.variants["int8"]
+    assert int8.recipe == "rowscaled-int8-keep2" and len(int8.kept_nodes) == 2
+    assert int8.calibration_texts and not (out / "model.fp32.onnx").exists()
+    p = int8.parity
+    assert set(p.split_top1_agreement) == set(p.batched_split_top1_agreement) == {"test", "oos"}
+    assert set(p.quality) == {"test"} and {"accuracy", "ece", "reference_accuracy"} <= set(p.quality["test"])
+
+
+def test_margin_shortfalls_name_what_is_close_to_the_gates():
+    from router.manifest import Parity
+    from training.parity import margin_shortfalls
+
+    p = Parity(
+        n=100,
+        top1_agreement=0.998,
+        max_abs_prob_diff=0.05,
+        in_scope_agreement=0.999,
+        min_required=0.995,
+        passed=True,
+        batched_top1_agreement=0.996,
+        batched_max_abs_prob_diff=0.13,
+        batched_in_scope_agreement=None,
+    )
+    assert margin_shortfalls(p) == [
+        "batched top-1 agreement 0.9960 (margin >= 0.997)",
+        "batched max |dp| 0.1300 (margin <= 0.12)",
+    ]
+    assert (
+        margin_shortfalls(
+            p.model_copy(update={"batched_top1_agreement": 1.0, "batched_max_abs_prob_diff": 0.1})
+        )
+        == []
+    )

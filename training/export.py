@@ -15,26 +15,27 @@ from pathlib import Path
 
 import numpy as np
 
-from router.manifest import Export, Manifest, ModelError, Parity, Variant, file_entry, load_manifest
+from router.manifest import Export, Manifest, ModelError, Variant, file_entry, load_manifest
 from router.model_card import graph_scope_metadata, stamp_graph
 from training.model import IntentModel, checkpoint_of
-from training.quantize import DEFAULT_RECIPES, fuse_transformer, quantize
+from training.parity import (  # noqa: F401  (re-exported: the gates live with the parity check)
+    MAX_PROB_DIFF,
+    PARITY_BATCH,
+    PARITY_MIN,
+    ParityError,
+    ParityText,
+    check_parity,
+    load_parity_text,
+    margin_shortfalls,
+    reference,
+)
+from training.quantize import DEFAULT_RECIPES, fuse_transformer, kept_count, quantize, rank_sensitivity
 
 OPSET = 17
 TOKENIZER_FILE = "tokenizer.json"
 VARIANT_FILES = {"fp32": "model.fp32.onnx", "int8": "model.int8.onnx"}
 PLAIN_FP32 = "model.fp32.plain.onnx"  # unfused, the input of the nbits recipe; removed after export
-PARITY_MIN = {"fp32": 1.0, "int8": 0.995}
-
-
-# Fidelity gates of an int8 graph against PyTorch, one message at a time and in length-sorted batches:
-# top-1 agreement and in-scope flag agreement (PARITY_MIN) and the largest probability difference.
-MAX_PROB_DIFF = 0.15
-PARITY_BATCH = 32
-
-
-class ParityError(ModelError):
-    """An exported graph disagrees with the PyTorch model more than allowed."""
+CALIBRATION_TEXTS = 256  # training texts for the sensitivity pass of the -keepK recipes
 
 
 def _graph_module(intent_model: IntentModel, temperature: float):
@@ -96,12 +97,15 @@ def export_model(
     keep_fp32: bool = True,
     report: Callable[[str], None] = print,
     recipes: Sequence[str] = DEFAULT_RECIPES,
+    calibration_texts: Sequence[str] | None = None,
 ) -> Manifest:
     """Export ``model_dir/checkpoint`` next to its manifest and check parity on ``parity_texts`` (or the
     JSONL file(s) ``parity_file``: held-out, in-scope and out-of-scope text); returns the new manifest.
 
     The int8 graph is the first of ``recipes`` that passes parity; the manifest names it and why the
-    faster ones were rejected. Raises ParityError when a variant (or every int8 recipe) fails.
+    faster ones were rejected. The -keepK recipes rank the encoder nodes on ``calibration_texts`` (default:
+    CALIBRATION_TEXTS texts of the training file the manifest names, else of the parity text) and keep the
+    K most sensitive out of int8; the manifest lists them. Raises ParityError when a variant (or every int8 recipe) fails.
     """
     import torch
 
@@ -168,12 +172,11 @@ def export_model(
         source = parity_file or manifest.training.get("parity_file")
         if source is None:
             raise ValueError("parity needs held-out texts: pass parity_texts or parity_file (the test split)")
-        from eval.data import load_unlabeled
-
         files = [source] if isinstance(source, str | Path) else list(source)
-        parity_texts = [t for f in files for t in load_unlabeled(f).texts]
-    parity_texts = list(parity_texts)
-    reference = _reference(model, parity_texts)
+        parity = load_parity_text(files, manifest.labels)
+    else:
+        parity = ParityText(texts=list(parity_texts))
+    ref = reference(model, parity.texts)
 
     def stamp(v: str) -> None:  # the graph carries what it depends on, inside the bytes its sha256 covers
         stamp_graph(
@@ -200,23 +203,52 @@ def export_model(
     failures: list[str] = []
     for v in [v for v in variants if v == "fp32"]:
         register(v)
-        failures += check_parity(model, model_dir, manifest, parity_texts, report, [v], reference)
+        failures += check_parity(model, model_dir, manifest, parity, report, [v], ref)
     if "int8" in variants:
         if not recipes:
             raise ValueError("the int8 variant needs at least one recipe")
         rejected: list[str] = []
-        for recipe in recipes:
+        ranking: list[tuple[str, float]] = []
+        calib = list(calibration_texts or _calibration_texts(manifest, parity.texts))
+        fallback = None  # the first recipe that passes the gates but not with MARGIN
+
+        def build(recipe: str) -> tuple[Variant, list[str]]:
+            nonlocal ranking
             t0 = time.perf_counter()
-            description = quantize(recipe, fp32_path, plain_path, model_dir / VARIANT_FILES["int8"])
-            size = (model_dir / VARIANT_FILES["int8"]).stat().st_size / 1e6
-            report(f"int8 {recipe} quantized in {time.perf_counter() - t0:.1f}s ({size:.1f} MB)")
+            if kept_count(recipe) and not ranking:
+                ranking = rank_sensitivity(fp32_path, _feeds(tokenizer, calib, manifest.max_seq_length))
+                report(
+                    f"sensitivity of {len(ranking)} encoder nodes on {len(calib)} texts in "
+                    f"{time.perf_counter() - t0:.0f}s; most sensitive: "
+                    + ", ".join(f"{n} {s:.3f}" for n, s in ranking[:6])
+                )
+                t0 = time.perf_counter()
+            keep = ranking[: kept_count(recipe)]
+            dst = model_dir / VARIANT_FILES["int8"]
+            description = quantize(recipe, fp32_path, plain_path, dst, keep=[n for n, _ in keep])
+            report(
+                f"int8 {recipe} quantized in {time.perf_counter() - t0:.1f}s ({dst.stat().st_size / 1e6:.1f} MB)"
+            )
             spec = register("int8", recipe, description)
-            failed = check_parity(model, model_dir, manifest, parity_texts, report, ["int8"], reference)
+            spec.kept_nodes = dict(keep)
+            spec.calibration_texts = len(calib) if keep else None
+            return spec, check_parity(model, model_dir, manifest, parity, report, ["int8"], ref)
+
+        for recipe in recipes:
+            spec, failed = build(recipe)
             if not failed:
-                break
+                short = margin_shortfalls(spec.parity)
+                if not short:
+                    break
+                failed = [f"int8 ({recipe}) passes, without margin: {', '.join(short)}"]
+                fallback = fallback or recipe
             rejected += failed
             report(f"int8 {recipe} rejected: {'; '.join(failed)}")
         else:
+            if fallback is not None:
+                report(f"int8: no recipe passes with margin; keeping {fallback}, the first that passes")
+                spec, failed = build(fallback)
+                rejected = [r for r in rejected if not r.startswith(f"int8 ({fallback})")]
             failures += failed
         spec.rejected = [r for r in rejected if r not in failures]
     manifest.save(model_dir)
@@ -232,74 +264,35 @@ def export_model(
     return manifest
 
 
-def _reference(model: IntentModel, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray | None]:
-    if not texts:
-        raise ValueError("parity needs at least one text")
-    return model.predict_with_distance(texts)
+def _calibration_texts(manifest: Manifest, fallback: Sequence[str]) -> list[str]:
+    """CALIBRATION_TEXTS texts (seeded sample) of the training file the manifest names, if it is here."""
+    import random
+
+    from eval.data import load_unlabeled
+
+    files = (manifest.training.get("data") or {}).get("files") or {}
+    train = next((Path(f) for f in files if "train" in Path(f).stem and Path(f).is_file()), None)
+    texts = list(load_unlabeled(train).texts) if train is not None else list(fallback)
+    random.Random(0).shuffle(texts)
+    return texts[:CALIBRATION_TEXTS]
 
 
-def check_parity(
-    model: IntentModel,
-    model_dir: Path,
-    manifest: Manifest,
-    texts: Sequence[str],
-    report: Callable[[str], None] = print,
-    variants: Sequence[str] | None = None,
-    reference: tuple[np.ndarray, np.ndarray | None] | None = None,
-) -> list[str]:
-    """Compare exported variants with the PyTorch model, one message at a time and in length-sorted
-    batches of PARITY_BATCH; record the result in the manifest and return the failures."""
-    from router.classifier import Classifier
-
-    texts = list(texts)
-    torch_probs, torch_dist = reference if reference is not None else _reference(model, texts)
-    limit = manifest.in_scope.threshold if manifest.in_scope is not None else None
-    failures = []
-    for name in variants or list(manifest.export.variants):
-        variant = manifest.export.variants[name]
-        need = PARITY_MIN[name]
-        max_dp = MAX_PROB_DIFF if name != "fp32" else None
-        runs = {}
-        for batch in (1, PARITY_BATCH):
-            clf = Classifier(
-                model_dir, variant=name, manifest=manifest, require_parity=False, max_batch=batch
-            )
-            probs, dist = clf.predict(texts)
-            agree = float((probs.argmax(1) == torch_probs.argmax(1)).mean())
-            scope = diff = None
-            if torch_dist is not None and dist is not None and limit is not None:
-                scope = float(((dist > limit) == (torch_dist > limit)).mean())
-                diff = float((np.abs(dist - torch_dist) / np.maximum(torch_dist, 1e-9)).max())
-            runs[batch] = (agree, float(np.abs(probs - torch_probs).max()), scope, diff)
-        problems = [
-            f"{mode} {what} {value:.4f} (need {sign} {bound})"
-            for mode, (agree, dp, scope, _) in (("single", runs[1]), ("batched", runs[PARITY_BATCH]))
-            for what, value, sign, bound in (
-                ("top-1 agreement", agree, ">=", need),
-                ("in-scope flag agreement", scope, ">=", need),
-                ("max |dp|", dp, "<=", max_dp),
-            )
-            if value is not None and bound is not None and (value < bound if sign == ">=" else value > bound)
-        ]
-        (agree, dp, scope, ddiff), (b_agree, b_dp, b_scope, _) = runs[1], runs[PARITY_BATCH]
-        variant.parity = Parity(
-            n=len(texts),
-            top1_agreement=agree,
-            max_abs_prob_diff=dp,
-            in_scope_agreement=scope,
-            max_rel_distance_diff=ddiff,
-            min_required=need,
-            passed=not problems,
-            batched_top1_agreement=b_agree,
-            batched_max_abs_prob_diff=b_dp,
-            batched_in_scope_agreement=b_scope,
-            max_abs_prob_diff_allowed=max_dp,
+def _feeds(tokenizer, texts: Sequence[str], max_length: int | None) -> list[dict]:
+    """Length-sorted batches of PARITY_BATCH as ONNX feeds."""
+    order = sorted(texts, key=len)
+    out = []
+    for s in range(0, len(order), PARITY_BATCH):
+        enc = tokenizer(
+            order[s : s + PARITY_BATCH],
+            padding=True,
+            truncation=True,
+            max_length=max_length,
+            return_tensors="np",
         )
-        scope_note = "" if scope is None else f", in-scope flag agreement {scope:.4f}/{b_scope:.4f}"
-        report(
-            f"parity {name}: top-1 agreement {agree:.4f}/{b_agree:.4f} single/batched (need >= {need}), "
-            f"max |dp| {dp:.2e}/{b_dp:.2e}{scope_note} on {len(texts)} texts"
+        out.append(
+            {
+                "input_ids": enc["input_ids"].astype(np.int64),
+                "attention_mask": enc["attention_mask"].astype(np.int64),
+            }
         )
-        if problems:
-            failures.append(f"{name} ({variant.recipe or 'fp32'}) parity failed: {', '.join(problems)}")
-    return failures
+    return out

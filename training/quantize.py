@@ -8,6 +8,9 @@ All work on any BERT-style encoder the export writes (nothing is tied to the shi
   row's (token's) absolute maximum and the output multiplied back, then dynamic int8 with per-channel
   weights (MatMulInteger, QAttention). Dividing per token keeps the few tokens with massive activations
   (e.g. [CLS] at ~30 against ~5 elsewhere) from setting one coarse scale for the whole tensor.
+- ``rowscaled-int8-keepK``: the same, except the K encoder nodes whose int8 version alone moves the
+  probabilities most on a calibration sample (``rank_sensitivity``, measured at export) are left out:
+  their MatMuls become MatMulNBits 8-bit (block 32), a fused Attention stays fp32.
 - ``nbits8-b32`` (faithful): MatMulNBits 8-bit weights in blocks of 32, accuracy_level 4 (activations in
   int8 per block of 32), on the graph without attention fusion; embedding Gather dynamic int8.
 """
@@ -15,6 +18,7 @@ All work on any BERT-style encoder the export writes (nothing is tied to the shi
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +30,19 @@ RECIPES = {
     "nbits8-b32": "MatMulNBits 8-bit weights, block 32, symmetric, accuracy_level 4; "
     "dynamic int8 embedding Gather",
 }
-DEFAULT_RECIPES = ("rowscaled-int8", "nbits8-b32")  # fastest first; export keeps the first that passes
+KEEP_STEPS = (2, 4, 6)
+for _k in KEEP_STEPS:
+    RECIPES[f"rowscaled-int8-keep{_k}"] = (
+        f"rowscaled-int8 except the {_k} most sensitive encoder nodes (MatMulNBits 8-bit b32, Attention fp32)"
+    )
+# fastest first; export keeps the first that passes
+DEFAULT_RECIPES = ("rowscaled-int8", *(f"rowscaled-int8-keep{k}" for k in KEEP_STEPS), "nbits8-b32")
+
+
+def kept_count(recipe: str) -> int:
+    """How many sensitive nodes ``recipe`` keeps out of int8 (0 for the recipes without a ``-keepK``)."""
+    _, sep, k = recipe.partition("-keep")
+    return int(k) if sep else 0
 
 
 def fuse_transformer(src: Path, dst: Path, num_heads: int, hidden_size: int, attention: bool = True) -> dict:
@@ -99,40 +115,82 @@ def scale_rows(model, names: set[str]):
     return model
 
 
-def quantize(recipe: str, fused: Path, plain: Path, dst: Path) -> str:
-    """Write the int8 graph of ``recipe`` (from the fused or the plain fp32 graph); returns its description."""
+def _rowscaled(fused: Path, dst: Path, keep: Sequence[str] = (), only: Sequence[str] | None = None) -> None:
+    """rowscaled-int8 on the encoder nodes of ``fused`` (or just ``only``) except ``keep``; kept MatMuls
+    become MatMulNBits 8-bit, a kept Attention stays fp32."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    if recipe == "rowscaled-int8":
-        model = onnx.load(str(fused))
-        matmuls = set(transformer_nodes(model, attention=False))
-        nodes = transformer_nodes(model)
-        with tempfile.TemporaryDirectory(prefix="int8-") as tmp:
-            staged = Path(tmp) / "rowscaled.onnx"
-            onnx.save(scale_rows(model, matmuls), str(staged))
-            quantize_dynamic(
-                str(staged),
-                str(dst),
-                weight_type=QuantType.QInt8,
-                per_channel=True,
-                op_types_to_quantize=["MatMul", "Attention"],
-                nodes_to_quantize=nodes,
-                extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
-            )
-    elif recipe == "nbits8-b32":
-        from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
-
-        quantizer = MatMulNBitsQuantizer(
-            onnx.load(str(plain)), bits=8, block_size=NBITS_BLOCK, is_symmetric=True, accuracy_level=4
+    model = onnx.load(str(fused))
+    matmuls = set(transformer_nodes(model, attention=False))
+    nodes = [n for n in transformer_nodes(model) if n not in keep and (only is None or n in only)]
+    with tempfile.TemporaryDirectory(prefix="int8-") as tmp:
+        staged, mixed = Path(tmp) / "rowscaled.onnx", Path(tmp) / "mixed.onnx"
+        onnx.save(scale_rows(model, matmuls & set(nodes)), str(staged))
+        quantize_dynamic(
+            str(staged),
+            str(mixed if keep else dst),
+            weight_type=QuantType.QInt8,
+            per_channel=True,
+            op_types_to_quantize=["MatMul", "Attention"],
+            nodes_to_quantize=nodes,
+            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
         )
-        quantizer.process()
+        if keep:
+            _nbits(onnx.load(str(mixed)), dst, [n for n in keep if n in matmuls])
+
+
+def _nbits(model, dst: Path, nodes: Sequence[str] | None = None) -> None:
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    quantizer = MatMulNBitsQuantizer(
+        model,
+        bits=8,
+        block_size=NBITS_BLOCK,
+        is_symmetric=True,
+        accuracy_level=4,
+        nodes_to_include=list(nodes) if nodes is not None else None,
+    )
+    quantizer.process()
+    quantizer.model.save_model_to_file(str(dst))
+
+
+def rank_sensitivity(fused: Path, feeds: Sequence[dict]) -> list[tuple[str, float]]:
+    """Each encoder node quantized alone (rowscaled-int8): the largest probability change it causes on
+    ``feeds`` against the fp32 graph, most sensitive first. Model-agnostic: measured, not assumed."""
+    import onnx
+    import onnxruntime as ort
+
+    def probs(path: Path) -> np.ndarray:
+        sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        first = sess.get_outputs()[0].name  # the export's probabilities
+        return np.concatenate([sess.run([first], f)[0] for f in feeds])
+
+    reference = probs(fused)
+    scores = []
+    with tempfile.TemporaryDirectory(prefix="sens-") as tmp:
+        for node in transformer_nodes(onnx.load(str(fused))):
+            _rowscaled(fused, Path(tmp) / "one.onnx", only=[node])
+            diff = np.abs(probs(Path(tmp) / "one.onnx") - reference)
+            scores.append((node, float(diff.max()), float(diff.mean())))
+    return [(n, s) for n, s, _ in sorted(scores, key=lambda r: (r[1], r[2]), reverse=True)]
+
+
+def quantize(recipe: str, fused: Path, plain: Path, dst: Path, keep: Sequence[str] = ()) -> str:
+    """Write the int8 graph of ``recipe`` (from the fused or the plain fp32 graph); returns its description.
+    ``keep``: the nodes a ``-keepK`` recipe leaves out of int8 (the first K of ``rank_sensitivity``)."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    if recipe not in RECIPES:
+        raise ValueError(f"unknown int8 recipe {recipe!r}; choose from {sorted(RECIPES)}")
+    if recipe.startswith("rowscaled-int8"):
+        _rowscaled(fused, dst, keep=list(keep)[: kept_count(recipe)])  # fewer when the model has fewer
+    else:  # nbits8-b32
         with tempfile.TemporaryDirectory(prefix="int8-") as tmp:
             staged = Path(tmp) / "matmul_nbits.onnx"
-            quantizer.model.save_model_to_file(str(staged))
+            _nbits(onnx.load(str(plain)), staged)
             quantize_dynamic(
                 str(staged), str(dst), weight_type=QuantType.QInt8, op_types_to_quantize=["Gather"]
             )
-    else:
-        raise ValueError(f"unknown int8 recipe {recipe!r}; choose from {sorted(RECIPES)}")
     return f"{recipe}: {RECIPES[recipe]}"

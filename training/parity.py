@@ -1,0 +1,174 @@
+"""Parity of an exported graph with the PyTorch model: the held-out text, the gates, the manifest record.
+
+Every variant is run one message at a time and in length-sorted batches of PARITY_BATCH (the route_batch
+path) and compared with PyTorch: top-1 agreement and in-scope flag agreement (PARITY_MIN), the largest
+probability difference (MAX_PROB_DIFF), and, when the text comes from several files, top-1 agreement on
+each file (split) on its own. Labelled splits also get the variant's accuracy and ECE next to PyTorch's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from router.manifest import Manifest, ModelError, Parity
+
+PARITY_MIN = {"fp32": 1.0, "int8": 0.995}
+MAX_PROB_DIFF = 0.15
+PARITY_BATCH = 32
+# Export prefers a recipe that clears the gates with this margin (fastest first); a recipe that only
+# passes the gates is kept when none does.
+MARGIN = {"agreement": 0.997, "max_abs_prob_diff": 0.12}
+
+
+class ParityError(ModelError):
+    """An exported graph disagrees with the PyTorch model more than allowed."""
+
+
+@dataclass
+class ParityText:
+    texts: list[str]
+    splits: dict[str, slice] = field(default_factory=dict)  # file stem -> its rows in ``texts``
+    labels: dict[str, np.ndarray] = field(default_factory=dict)  # labelled splits: label index per row
+
+
+def load_parity_text(files: Sequence[str | Path], label_names: Sequence[str]) -> ParityText:
+    """The texts of ``files`` in order; a file whose rows all carry a known label is labelled."""
+    from eval.data import DataError, load_labeled, load_unlabeled
+
+    out = ParityText(texts=[])
+    for f in files:
+        name = Path(f).stem
+        while name in out.splits:
+            name += "'"
+        try:
+            data = load_labeled(f, labels=label_names)
+            texts = data.texts
+            out.labels[name] = np.array([list(label_names).index(y) for y in data.labels])
+        except DataError:
+            texts = load_unlabeled(f).texts
+        out.splits[name] = slice(len(out.texts), len(out.texts) + len(texts))
+        out.texts += texts
+    return out
+
+
+def reference(model, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray | None]:
+    if not texts:
+        raise ValueError("parity needs at least one text")
+    return model.predict_with_distance(list(texts))
+
+
+def margin_shortfalls(parity: Parity) -> list[str]:
+    """Where a passing variant comes closer to the gates than MARGIN (top-1 and in-scope flag agreement,
+    max |dp|, single and batched)."""
+    values = {
+        "top-1 agreement": (parity.top1_agreement, parity.batched_top1_agreement),
+        "in-scope flag agreement": (parity.in_scope_agreement, parity.batched_in_scope_agreement),
+        "max |dp|": (parity.max_abs_prob_diff, parity.batched_max_abs_prob_diff),
+    }
+    out = []
+    for what, pair in values.items():
+        for mode, v in zip(("single", "batched"), pair, strict=True):
+            if v is None:
+                continue
+            if what == "max |dp|" and v > MARGIN["max_abs_prob_diff"]:
+                out.append(f"{mode} {what} {v:.4f} (margin <= {MARGIN['max_abs_prob_diff']})")
+            elif what != "max |dp|" and v < MARGIN["agreement"]:
+                out.append(f"{mode} {what} {v:.4f} (margin >= {MARGIN['agreement']})")
+    return out
+
+
+def _quality(probs: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    from eval.calibration import ece
+
+    return {"accuracy": float((probs.argmax(1) == y).mean()), "ece": float(ece(probs, y))}
+
+
+def check_parity(
+    model,
+    model_dir: Path,
+    manifest: Manifest,
+    text: ParityText | Sequence[str],
+    report: Callable[[str], None] = print,
+    variants: Sequence[str] | None = None,
+    ref: tuple[np.ndarray, np.ndarray | None] | None = None,
+) -> list[str]:
+    """Compare exported variants with the PyTorch model; record the result in the manifest and return
+    the failures."""
+    from router.classifier import Classifier
+
+    if not isinstance(text, ParityText):
+        text = ParityText(texts=list(text))
+    torch_probs, torch_dist = ref if ref is not None else reference(model, text.texts)
+    limit = manifest.in_scope.threshold if manifest.in_scope is not None else None
+    splits = text.splits if len(text.splits) > 1 else {}
+    failures = []
+    for name in variants or list(manifest.export.variants):
+        variant = manifest.export.variants[name]
+        need = PARITY_MIN[name]
+        max_dp = MAX_PROB_DIFF if name != "fp32" else None
+        runs, per_split, quality = {}, {}, {}
+        for batch in (1, PARITY_BATCH):
+            clf = Classifier(
+                model_dir, variant=name, manifest=manifest, require_parity=False, max_batch=batch
+            )
+            probs, dist = clf.predict(text.texts)
+            same = probs.argmax(1) == torch_probs.argmax(1)
+            scope = diff = None
+            if torch_dist is not None and dist is not None and limit is not None:
+                scope = float(((dist > limit) == (torch_dist > limit)).mean())
+                diff = float((np.abs(dist - torch_dist) / np.maximum(torch_dist, 1e-9)).max())
+            runs[batch] = (float(same.mean()), float(np.abs(probs - torch_probs).max()), scope, diff)
+            per_split[batch] = {s: float(same[rows].mean()) for s, rows in splits.items()}
+            if batch == 1:
+                for s, y in text.labels.items():
+                    rows = text.splits[s]
+                    ours, theirs = _quality(probs[rows], y), _quality(torch_probs[rows], y)
+                    quality[s] = {**ours, **{f"reference_{k}": v for k, v in theirs.items()}}
+        problems = [
+            f"{mode} {what} {value:.4f} (need {sign} {bound})"
+            for mode, batch in (("single", 1), ("batched", PARITY_BATCH))
+            for what, value, sign, bound in (
+                ("top-1 agreement", runs[batch][0], ">=", need),
+                ("in-scope flag agreement", runs[batch][2], ">=", need),
+                ("max |dp|", runs[batch][1], "<=", max_dp),
+                *((f"{s} top-1 agreement", a, ">=", need) for s, a in per_split[batch].items()),
+            )
+            if value is not None and bound is not None and (value < bound if sign == ">=" else value > bound)
+        ]
+        (agree, dp, scope, ddiff), (b_agree, b_dp, b_scope, _) = runs[1], runs[PARITY_BATCH]
+        variant.parity = Parity(
+            n=len(text.texts),
+            top1_agreement=agree,
+            max_abs_prob_diff=dp,
+            in_scope_agreement=scope,
+            max_rel_distance_diff=ddiff,
+            min_required=need,
+            passed=not problems,
+            batched_top1_agreement=b_agree,
+            batched_max_abs_prob_diff=b_dp,
+            batched_in_scope_agreement=b_scope,
+            max_abs_prob_diff_allowed=max_dp,
+            split_top1_agreement=per_split[1] or None,
+            batched_split_top1_agreement=per_split[PARITY_BATCH] or None,
+            quality=quality or None,
+        )
+        scope_note = "" if scope is None else f", in-scope flag agreement {scope:.4f}/{b_scope:.4f}"
+        split_note = "".join(
+            f", {s} {a:.4f}/{per_split[PARITY_BATCH][s]:.4f}" for s, a in per_split[1].items()
+        )
+        report(
+            f"parity {name}: top-1 agreement {agree:.4f}/{b_agree:.4f} single/batched (need >= {need}), "
+            f"max |dp| {dp:.2e}/{b_dp:.2e}{scope_note}{split_note} on {len(text.texts)} texts"
+        )
+        for s, q in quality.items():
+            report(
+                f"  {s}: accuracy {q['accuracy']:.4f} (PyTorch {q['reference_accuracy']:.4f}), "
+                f"ECE {q['ece']:.4f} (PyTorch {q['reference_ece']:.4f})"
+            )
+        if problems:
+            failures.append(f"{name} ({variant.recipe or 'fp32'}) parity failed: {', '.join(problems)}")
+    return failures
