@@ -85,12 +85,20 @@ def test_rowscaled_int8_beats_plain_dynamic_int8_on_an_outlier_token(tmp_path):
 
 
 def test_keep_recipes_come_between_the_fast_and_the_faithful_one():
-    from training.quantize import DEFAULT_RECIPES, RECIPES, kept_count
+    from training.quantize import ALL_RECIPES, DEFAULT_RECIPES, RECIPES, kept_count
 
-    assert DEFAULT_RECIPES[0] == "rowscaled-int8" and DEFAULT_RECIPES[-1] == "nbits8-b32"
-    counts = [kept_count(r) for r in DEFAULT_RECIPES[1:-1]]
+    for order in (DEFAULT_RECIPES, ALL_RECIPES):
+        assert order[0] == "rowscaled-int8" and order[-1] == "nbits8-b32"
+    counts = [kept_count(r) for r in ALL_RECIPES[1:-1]]
     assert counts == sorted(counts) and counts[0] > 0
-    assert set(DEFAULT_RECIPES) <= set(RECIPES) and kept_count("nbits8-b32") == 0
+    assert set(ALL_RECIPES) == set(RECIPES) and kept_count("nbits8-b32") == 0
+
+
+def test_unknown_recipe_is_refused_before_any_work(tmp_path):
+    from training.export import export_model
+
+    with pytest.raises(Exception, match="unknown int8 recipes"):
+        export_model(tmp_path, parity_texts=["x"], recipes=("int4-magic",))
 
 
 def test_sensitivity_ranks_the_node_reading_an_outlier_channel_first(tmp_path):

@@ -100,14 +100,24 @@ def export(
     keep_fp32: bool = Opt(
         True, "--keep-fp32/--drop-fp32", help="Keep the fp32 graph after the int8 one is made."
     ),
+    recipes: str = Opt(
+        "rowscaled-int8,nbits8-b32",
+        help="int8 recipes to try, fastest first; also rowscaled-int8-keep2/4/6 (docs/speed.md).",
+    ),
 ) -> None:
     """Export to ONNX (fp32 and int8) with calibrated probabilities; fails when parity fails."""
     from router.routing import default_model_dir
     from training.export import export_model
 
     names = [v.strip() for v in variants.split(",") if v.strip()]
+    tried = [r.strip() for r in recipes.split(",") if r.strip()]
     manifest = export_model(
-        model or default_model_dir(), parity_file=parity_file, variants=names, keep_fp32=keep_fp32, report=say
+        model or default_model_dir(),
+        parity_file=parity_file,
+        variants=names,
+        keep_fp32=keep_fp32,
+        report=say,
+        recipes=tried,
     )
     for name, v in manifest.export.variants.items():
         size, top1 = v.file.bytes / 1e6, v.parity.top1_agreement

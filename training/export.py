@@ -29,7 +29,14 @@ from training.parity import (  # noqa: F401  (re-exported: the gates live with t
     margin_shortfalls,
     reference,
 )
-from training.quantize import DEFAULT_RECIPES, fuse_transformer, kept_count, quantize, rank_sensitivity
+from training.quantize import (
+    DEFAULT_RECIPES,
+    RECIPES,
+    fuse_transformer,
+    kept_count,
+    quantize,
+    rank_sensitivity,
+)
 
 OPSET = 17
 TOKENIZER_FILE = "tokenizer.json"
@@ -107,6 +114,12 @@ def export_model(
     CALIBRATION_TEXTS texts of the training file the manifest names, else of the parity text) and keep the
     K most sensitive out of int8; the manifest lists them. Raises ParityError when a variant (or every int8 recipe) fails.
     """
+    unknown = set(variants) - set(VARIANT_FILES)
+    if unknown:
+        raise ValueError(f"unknown variants {sorted(unknown)}; choose from {sorted(VARIANT_FILES)}")
+    unknown = set(recipes) - set(RECIPES)
+    if unknown:
+        raise ValueError(f"unknown int8 recipes {sorted(unknown)}; choose from {sorted(RECIPES)}")
     import torch
 
     model_dir = Path(model_dir)
@@ -118,9 +131,6 @@ def export_model(
     ckpt = checkpoint_of(model_dir, manifest)
     if not ckpt.is_dir():
         raise ModelError(f"{ckpt} not found: export needs the SetFit checkpoint written by training")
-    unknown = set(variants) - set(VARIANT_FILES)
-    if unknown:
-        raise ValueError(f"unknown variants {sorted(unknown)}; choose from {sorted(VARIANT_FILES)}")
 
     model = IntentModel.load(ckpt, manifest=manifest)  # refuses a head order unlike the manifest's
     transformer = model.setfit.model_body[0].auto_model
