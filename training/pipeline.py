@@ -29,7 +29,7 @@ def build(
     show_progress: bool = True,
 ):
     """Train on ``config``'s files, calibrate on dev, export fp32 + int8 with the parity check (on the
-    test split, else dev) and, when there is a test split and eval's extras are installed, evaluate the
+    test and dev splits and ``oos``, each file also on its own) and, when there is a test split and eval's extras are installed, evaluate the
     int8 router on it (with ``oos`` when that file exists) into ``report_dir``.
 
     ``out`` defaults to the default model directory (router.routing.default_model_dir). Returns
@@ -45,7 +45,9 @@ def build(
     report("== train + calibrate")
     train(cfg, out, report=report, show_progress=show_progress)
     report("== export")
-    export_model(out, parity_file=cfg.test_file or cfg.dev_file, report=report)
+    oos = oos if oos is not None and Path(oos).is_file() else None
+    parity_files = [f for f in (cfg.test_file, cfg.dev_file, oos) if f is not None]
+    export_model(out, parity_file=parity_files, report=report)
     seconds = time.perf_counter() - t0
     manifest = load_manifest(out)
     manifest.training["seconds"]["build_total"] = round(seconds, 2)
@@ -54,7 +56,6 @@ def build(
     if not (cfg.test_file and report_dir is not None and _has_eval_extras()):
         return manifest, None
     report("== evaluate")
-    oos = oos if oos is not None and Path(oos).is_file() else None
     result = evaluate_model(out, cfg.test_file, oos=oos, out=report_dir)
     return manifest, result
 
