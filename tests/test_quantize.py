@@ -182,10 +182,18 @@ def test_tiny_export_keeps_a_recipe_that_passes_parity_single_and_batched(tiny_e
 
 
 @pytest.mark.slow
-def test_tiny_export_with_a_keep_recipe_records_the_kept_nodes_and_per_split_parity(tiny_trained, tmp_path):
+def test_tiny_export_with_a_keep_recipe_records_the_kept_nodes_and_per_split_parity(
+    tiny_trained, tmp_path, monkeypatch
+):
     import shutil
 
+    from training import parity
     from training.export import export_model
+
+    # The tiny model (a handful of steps) has messages near its distance threshold, so one of its 19
+    # parity texts may flip its in-scope flag under int8; this test checks what the manifest records,
+    # not the gate (test_parity_gate_fails_a_graph_that_disagrees does), so the int8 floor is lowered here.
+    monkeypatch.setitem(parity.PARITY_MIN, "int8", 0.9)
 
     src, _ = tiny_trained
     out = tmp_path / "model"
@@ -228,3 +236,23 @@ def test_margin_shortfalls_name_what_is_close_to_the_gates():
         )
         == []
     )
+
+
+@pytest.mark.slow
+def test_parity_gate_fails_a_graph_that_disagrees(tiny_exported):
+    from eval.data import load_labeled
+    from router.classifier import Classifier
+    from router.manifest import load_manifest
+    from training.parity import check_parity
+
+    model_dir, _ = tiny_exported
+    manifest = load_manifest(model_dir)
+    texts = load_labeled(Path(__file__).parent / "fixtures" / "tiny" / "test.jsonl").texts
+    probs, dist = Classifier(model_dir, variant="int8", manifest=manifest, require_parity=False).predict(
+        texts
+    )
+    assert check_parity(None, model_dir, manifest, texts, lambda _: None, ["int8"], ref=(probs, dist)) == []
+    moved = np.roll(probs, 1, axis=1)  # the reference's top-1 is another label for every message
+    failures = check_parity(None, model_dir, manifest, texts, lambda _: None, ["int8"], ref=(moved, dist))
+    assert len(failures) == 1 and "top-1 agreement" in failures[0] and "max |dp|" in failures[0]
+    assert manifest.export.variants["int8"].parity.passed is False
