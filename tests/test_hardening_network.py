@@ -29,10 +29,11 @@ def shipped():
 
 # ------------------------------------------------------------------- 5. trickled headers and body
 class TrickleServer:
-    """Loopback server that accepts a connection, then sends ``payload`` one byte every ``every`` s."""
+    """Loopback server that accepts a connection, sends ``head`` at once, then ``payload`` one byte every
+    ``every`` s."""
 
-    def __init__(self, payload: bytes, every: float = 0.25) -> None:
-        self.payload, self.every = payload, every
+    def __init__(self, payload: bytes, every: float = 0.25, head: bytes = b"") -> None:
+        self.payload, self.every, self.head = payload, every, head
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(16)
@@ -55,6 +56,7 @@ class TrickleServer:
     def _trickle(self, conn: socket.socket) -> None:
         try:
             conn.recv(65536)
+            conn.sendall(self.head)
             for b in self.payload:
                 if self.stop.wait(self.every):
                     break
@@ -89,12 +91,10 @@ TRICKLE_TIMES: dict[str, float] = {}
 )
 def test_trickling_server_cannot_hold_a_decision_past_the_deadline(phase, payload, shipped):
     if payload is None:  # headers at once, then the body a byte at a time
-        server = TrickleServer(b"", every=0.25)
-        server.payload = b""
         head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (
             len(BODY) + 400
         )
-        server._trickle = _headers_then_trickle(server, head, BODY + b" " * 400)
+        server = TrickleServer(BODY + b" " * 400, every=0.25, head=head)
     else:
         server = TrickleServer(payload, every=0.25)
     deadline = 1.0
@@ -115,23 +115,6 @@ def test_trickling_server_cannot_hold_a_decision_past_the_deadline(phase, payloa
     assert step.status == "timeout"
     assert step.detail["attempts"][-1]["phase"] == phase
     assert ("response headers" if phase == "headers" else "response body") in step.detail["error"]
-
-
-def _headers_then_trickle(server: TrickleServer, head: bytes, body: bytes):
-    def run(conn: socket.socket) -> None:
-        try:
-            conn.recv(65536)
-            conn.sendall(head)
-            for b in body:
-                if server.stop.wait(server.every):
-                    break
-                conn.sendall(bytes([b]))
-        except OSError:
-            pass
-        finally:
-            conn.close()
-
-    return run
 
 
 def test_deadline_holds_when_dns_hangs(monkeypatch):
