@@ -31,7 +31,7 @@ from training.parity import (  # noqa: F401  (re-exported: the gates live with t
 )
 from training.quantize import (
     DEFAULT_RECIPES,
-    RECIPES,
+    check_recipes,
     fuse_transformer,
     kept_count,
     quantize,
@@ -117,9 +117,7 @@ def export_model(
     unknown = set(variants) - set(VARIANT_FILES)
     if unknown:
         raise ValueError(f"unknown variants {sorted(unknown)}; choose from {sorted(VARIANT_FILES)}")
-    unknown = set(recipes) - set(RECIPES)
-    if unknown:
-        raise ValueError(f"unknown int8 recipes {sorted(unknown)}; choose from {sorted(RECIPES)}")
+    check_recipes(recipes)
     import torch
 
     model_dir = Path(model_dir)

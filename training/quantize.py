@@ -42,6 +42,13 @@ DEFAULT_RECIPES = ("rowscaled-int8", "nbits8-b32")
 ALL_RECIPES = ("rowscaled-int8", *(f"rowscaled-int8-keep{k}" for k in KEEP_STEPS), "nbits8-b32")
 
 
+def check_recipes(recipes: Sequence[str]) -> None:
+    """Refuse names that are not int8 recipes, before any work is done."""
+    unknown = sorted(set(recipes) - set(RECIPES))
+    if unknown:
+        raise ValueError(f"unknown int8 recipes {unknown}; choose from {sorted(RECIPES)}")
+
+
 def kept_count(recipe: str) -> int:
     """How many sensitive nodes ``recipe`` keeps out of int8 (0 for the recipes without a ``-keepK``)."""
     _, sep, k = recipe.partition("-keep")
@@ -185,8 +192,7 @@ def quantize(recipe: str, fused: Path, plain: Path, dst: Path, keep: Sequence[st
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    if recipe not in RECIPES:
-        raise ValueError(f"unknown int8 recipe {recipe!r}; choose from {sorted(RECIPES)}")
+    check_recipes([recipe])
     if recipe.startswith("rowscaled-int8"):
         _rowscaled(fused, dst, keep=list(keep)[: kept_count(recipe)])  # fewer when the model has fewer
     else:  # nbits8-b32
