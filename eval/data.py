@@ -3,7 +3,8 @@
 
 ``load_labeled`` returns texts and labels and refuses (``DataError``) rows with an empty text, a
 missing or unknown label, naming the file and the line (JSONL) or row (other formats) of each
-problem. ``load_unlabeled`` reads out-of-scope files: texts only, whitespace-only rows allowed (they
+problem. A row may carry ``labels``, a list of one or two intents (primary first), instead of ``label``:
+a compound request (data/compound/); ``labels`` then holds the primary and ``secondary`` the second. ``load_unlabeled`` reads out-of-scope files: texts only, whitespace-only rows allowed (they
 are what such a file tests), empty strings and missing texts refused. ``load_messages`` reads
 messages to route: JSONL rows (their ``text``) or one plain message per line, from a file or stdin.
 ``iter_jsonl`` is the JSONL reader under all of them (the corpus checker uses it too).
@@ -47,7 +48,7 @@ class DataError(ValueError):
 @dataclass
 class LabeledData:
     texts: list[str]
-    labels: list[str]
+    labels: list[str]  # the (primary) label of each row
     source: str
     format: str
     rows: list[int] = field(default_factory=list)  # 1-based row (data row, not counting a CSV header)
@@ -55,6 +56,17 @@ class LabeledData:
     split: str | None = None
     sha256: str | None = None
     skipped: list[dict] = field(default_factory=list)
+    secondary: list[str | None] = field(default_factory=list)  # second intent of a compound row, else None
+
+    @property
+    def label_sets(self) -> list[list[str]]:
+        """Every row's labels, primary first: [label] or [primary, secondary]."""
+        second = self.secondary or [None] * len(self.labels)
+        return [[l] + ([s] if s else []) for l, s in zip(self.labels, second, strict=True)]
+
+    @property
+    def compound(self) -> bool:
+        return any(self.secondary)
 
     def where(self, i: int) -> str:
         return _where(self.lines[i] if self.lines else None, self.rows[i])
@@ -164,16 +176,24 @@ def load_labeled(
     """Load labeled messages. Invalid rows raise DataError, or are dropped and listed in ``skipped``.
     ``labels=None`` accepts any non-empty string label (public benchmarks)."""
     table, fmt, lines, digest = _load_table(source, split)
-    _require_columns(table, source, [text_column, label_column], "label")
+    multi_column = label_column + "s"  # "labels": a compound row's intents, primary first
+    has_multi = multi_column in table.column_names
+    _require_columns(table, source, [text_column] + ([] if has_multi else [label_column]), "label")
     label_names = _class_label_names(table, label_column)
-    texts_col, labels_col = table[text_column], table[label_column]
+    texts_col = table[text_column]
+    labels_col = table[label_column] if label_column in table.column_names else [None] * len(table)
+    multi_col = table[multi_column] if has_multi else [None] * len(table)
     known = list(labels) if labels is not None else None
-    texts, out_labels, rows, kept_lines, problems = [], [], [], [], []
-    for i, (text, label) in enumerate(zip(texts_col, labels_col, strict=True)):
+    texts, out_labels, second, rows, kept_lines, problems = [], [], [], [], [], []
+    for i, (text, label, multi) in enumerate(zip(texts_col, labels_col, multi_col, strict=True)):
         if label_names is not None and isinstance(label, int) and 0 <= label < len(label_names):
             label = label_names[label]
         reason = _text_problem(text, text_column, allow_blank=False, fmt=fmt)
-        if reason is None:
+        secondary = None
+        if reason is None and multi is not None:
+            reason, primary, secondary = _multi_problem(multi, label, multi_column, label_column, known)
+            label = primary if reason is None else label
+        elif reason is None:
             if label is None:
                 reason = f"{_absent(fmt)} '{label_column}'"
             elif isinstance(label, str) and not label.strip():
@@ -187,6 +207,7 @@ def load_labeled(
             continue
         texts.append(text)
         out_labels.append(label)
+        second.append(secondary)
         rows.append(i + 1)
         if lines:
             kept_lines.append(lines[i])
@@ -203,7 +224,31 @@ def load_labeled(
         split=split if fmt == "hub" else None,
         sha256=digest,
         skipped=problems,
+        secondary=second,
     )
+
+
+def _multi_problem(
+    multi, label, column: str, label_column: str, known
+) -> tuple[str | None, str | None, str | None]:
+    """(problem or None, primary, secondary) of a row's ``labels`` list."""
+    from router.intents import INTENTS
+
+    if not isinstance(multi, list) or not multi or len(multi) > 2:
+        return f"'{column}' must be a list of one or two labels, got {multi!r}"[:200], None, None
+    if not all(isinstance(m, str) and m.strip() for m in multi):
+        return f"'{column}' must hold non-empty strings, got {multi!r}"[:200], None, None
+    unknown = [m for m in multi if known is not None and m not in known]
+    if unknown:
+        return f"unknown label {unknown[0]!r} in '{column}' (the model knows: {', '.join(known)})", None, None
+    if len(multi) == 2:
+        if multi[0] == multi[1]:
+            return f"'{column}' repeats {multi[0]!r}: a compound row has two different intents", None, None
+        if not set(multi) <= set(INTENTS):
+            return f"'{column}' pairs {multi}: only the five intents combine", None, None
+    if label is not None and label != multi[0]:
+        return f"'{label_column}' {label!r} differs from the first of '{column}' {multi}", None, None
+    return None, multi[0], (multi[1] if len(multi) == 2 else None)
 
 
 def load_unlabeled(

@@ -201,6 +201,21 @@ class InScope(BaseModel):
     fitted_on: str = "dev"
 
 
+class Compound(BaseModel):
+    """The one-vs-rest intent scores the graph computes beside the probabilities (a logistic head per
+    intent, trained on single and two-intent messages). A message's second intent is the other intent with
+    the highest score, when it reaches ``threshold`` (router.compound.secondary_intent)."""
+
+    method: str = "one-vs-rest"
+    output: str = "intent_scores"
+    intents: list[str]
+    threshold: float = Field(gt=0, lt=1)
+    max_single_compound: float = Field(
+        ge=0, le=1, description="Share of dev single-intent messages the threshold may call compound."
+    )
+    fitted_on: str = "dev"
+
+
 class Export(BaseModel):
     opset: int
     inputs: list[str] = Field(default_factory=lambda: ["input_ids", "attention_mask"])
@@ -226,6 +241,7 @@ class Manifest(BaseModel):
     metrics: dict[str, SplitMetrics] = Field(default_factory=dict)
     export: Export | None = None
     in_scope: InScope | None = None
+    compound: Compound | None = None
 
     @field_validator("labels")
     @classmethod
