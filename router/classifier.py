@@ -35,6 +35,7 @@ class Classification:
     truncated: bool = False
     num_tokens: int = 0
     distance: float | None = None  # in-scope distance (manifest.in_scope), when the graph computes it
+    intent_scores: dict[str, float] | None = None  # one-vs-rest scores (manifest.compound), when computed
 
 
 class Classifier:
@@ -112,6 +113,11 @@ class Classifier:
         scope = self.manifest.in_scope
         self.distance_threshold: float | None = scope.threshold if scope is not None else None
         self._outputs = [self._output] + ([scope.output] if scope is not None else [])
+        compound = self.manifest.compound
+        self.compound_intents: list[str] = list(compound.intents) if compound is not None else []
+        self.compound_threshold: float | None = compound.threshold if compound is not None else None
+        if compound is not None:
+            self._outputs.append(compound.output)
         names = {o.name for o in outputs}
         if not set(self._outputs) <= names:
             raise ModelError(f"{graph_path}: the graph lacks output(s) {sorted(set(self._outputs) - names)}")
@@ -121,10 +127,10 @@ class Classifier:
         return f"{self.manifest.model_id}/{self.variant}"
 
     # ------------------------------------------------------------------------------------- run
-    def _run(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray | None, list, float, float]:
+    def _run(self, texts: Sequence[str]):
         """Tokenize, then run the graph in length-sorted chunks so padding stays short; rows come back
-        in input order. Returns (probabilities, in-scope distances or None, encodings, tokenize seconds,
-        inference seconds)."""
+        in input order. Returns (probabilities, in-scope distances or None, intent scores or None,
+        encodings, tokenize seconds, inference seconds)."""
         t0 = time.perf_counter()
         encs = (
             self.tokenizer.encode_batch(list(texts)) if len(texts) > 1 else [self.tokenizer.encode(texts[0])]
@@ -132,7 +138,12 @@ class Classifier:
         t1 = time.perf_counter()
         order = sorted(range(len(encs)), key=lambda i: len(encs[i].ids))
         probs = np.empty((len(encs), len(self.labels)), dtype=np.float32)
-        dist = np.empty(len(encs), dtype=np.float32) if len(self._outputs) > 1 else None
+        dist = np.empty(len(encs), dtype=np.float32) if self.distance_threshold is not None else None
+        scores = (
+            np.empty((len(encs), len(self.compound_intents)), dtype=np.float32)
+            if self.compound_intents
+            else None
+        )
         for start in range(0, len(order), self.max_batch):
             idx = order[start : start + self.max_batch]
             if len(idx) == 1:  # no padding: the arrays straight from the encoding
@@ -150,7 +161,9 @@ class Classifier:
             probs[idx] = out[0]
             if dist is not None:
                 dist[idx] = out[1]
-        return probs, dist, encs, t1 - t0, time.perf_counter() - t1
+            if scores is not None:
+                scores[idx] = out[-1]
+        return probs, dist, scores, encs, t1 - t0, time.perf_counter() - t1
 
     def predict_proba(self, texts: Sequence[str]) -> np.ndarray:
         """Calibrated probabilities, shape (n, labels), columns in ``self.labels`` order."""
@@ -165,6 +178,17 @@ class Classifier:
         probs, dist, *_ = self._run(texts)
         return probs, dist
 
+    def predict_compound(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """(probabilities, in-scope distances or None, one-vs-rest intent scores in ``compound_intents``
+        order); the scores are (n, 0) when the model has no compound head."""
+        _check_texts(texts)
+        if not texts:
+            empty = np.zeros(0, dtype=np.float32) if self.distance_threshold is not None else None
+            k = len(self.compound_intents)
+            return np.zeros((0, len(self.labels)), dtype=np.float32), empty, np.zeros((0, k), np.float32)
+        probs, dist, scores, *_ = self._run(texts)
+        return probs, dist, scores if scores is not None else np.zeros((len(texts), 0), np.float32)
+
     # --------------------------------------------------------------------------------- classify
     def classify(self, text: str) -> Classification:
         return self.classify_batch([text])[0]
@@ -173,7 +197,7 @@ class Classifier:
         _check_texts(texts)
         if not texts:
             return []
-        probs, dist, encs, tok_s, inf_s = self._run(texts)
+        probs, dist, scores, encs, tok_s, inf_s = self._run(texts)
         tok_ms, inf_ms = tok_s * 1000 / len(texts), inf_s * 1000 / len(texts)
         out = []
         for i, (row, enc) in enumerate(zip(probs, encs, strict=True)):
@@ -189,6 +213,9 @@ class Classifier:
                     truncated=bool(enc.overflowing),
                     num_tokens=len(enc.ids),
                     distance=float(dist[i]) if dist is not None else None,
+                    intent_scores=dict(zip(self.compound_intents, scores[i].tolist(), strict=True))
+                    if scores is not None
+                    else None,
                 )
             )
         return out

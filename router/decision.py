@@ -25,6 +25,9 @@ class ReasonCode(str, Enum):
     INVALID_INPUT = "invalid_input"  # guardrail: not a str, or text the tokenizer could not take
     OUT_OF_SCOPE = "out_of_scope"  # none of the five intents (chit-chat): no skill, reply directly
     FOLLOW_UP_UNVERIFIED = "follow_up_unverified"  # out of scope or unsure, no verifier: previous intent kept
+    CONFIDENT_COMPOUND = (
+        "confident_compound"  # two requested intents share the confidence: together >= threshold
+    )
 
 
 class RankedIntent(BaseModel):
@@ -80,9 +83,14 @@ class Scope(BaseModel):
 
 class Decision(BaseModel):
     """Routing outcome for one message. ``intent`` is None for guardrail, out-of-scope and fallback
-    decisions (the fallback's skills are those of ``fallback_intents``)."""
+    decisions (the fallback's skills are those of ``fallback_intents``). ``intents`` lists every intent
+    the message asks for, primary first: two for a compound request ("find the deck and email it")."""
 
-    intent: Intent | None
+    intent: Intent | None = Field(description="The primary intent (the first of ``intents``).")
+    intents: list[Intent] = Field(
+        default_factory=list,
+        description="Every intent routed, primary first; skills are the union of theirs. Empty when intent is None.",
+    )
     confidence: float | None = Field(
         description="Calibrated probability of the classifier's top label (an intent, or out of scope)."
     )
@@ -113,7 +121,7 @@ class Decision(BaseModel):
             "+" + ",".join(self.skills.optional) if self.skills.optional else ""
         )
         return {
-            "intent": self.intent.value if self.intent else "-",
+            "intent": "+".join(i.value for i in self.intents) if self.intents else "-",
             "confidence": f"{self.confidence:.3f}" if self.confidence is not None else "-",
             "source": self.source,
             "reason": self.reason_code.value,

@@ -152,6 +152,10 @@ class Parity(BaseModel):
     batched_top1_agreement: float | None = None
     batched_max_abs_prob_diff: float | None = None
     batched_in_scope_agreement: float | None = None
+    # the same intents (primary and the compound rule's second intent), single and batched
+    intents_agreement: float | None = None
+    batched_intents_agreement: float | None = None
+    max_abs_score_diff: float | None = None  # one-vs-rest intent scores
     max_abs_prob_diff_allowed: float | None = None
     # top-1 agreement per parity file (split), single and batched, when the text came from several files
     split_top1_agreement: dict[str, float] | None = None

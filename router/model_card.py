@@ -29,14 +29,19 @@ KEY_LABELS = PREFIX + "labels"
 KEY_MAX_SEQ = PREFIX + "max_seq_length"
 KEY_TEMPERATURE = PREFIX + "temperature"
 KEY_IN_SCOPE = PREFIX + "in_scope"
+KEY_COMPOUND = PREFIX + "compound"
 
 
 def graph_scope_metadata(manifest: Manifest) -> dict[str, Any] | None:
-    """The in-scope settings a graph depends on (its distance output and threshold), for ``extra``."""
-    s = manifest.in_scope
-    if s is None:
-        return None
-    return {"in_scope": {"output": s.output, "threshold": s.threshold, "classes": list(s.classes)}}
+    """The in-scope and compound settings a graph depends on (its extra outputs and their thresholds),
+    for ``extra``."""
+    s, c = manifest.in_scope, manifest.compound
+    out: dict[str, Any] = {}
+    if s is not None:
+        out["in_scope"] = {"output": s.output, "threshold": s.threshold, "classes": list(s.classes)}
+    if c is not None:
+        out["compound"] = {"output": c.output, "threshold": c.threshold, "intents": list(c.intents)}
+    return out or None
 
 
 def graph_metadata(
@@ -117,6 +122,7 @@ def read_graph_metadata(custom: Mapping[str, str]) -> dict[str, Any] | None:
             "max_seq_length": int(custom[KEY_MAX_SEQ]),
             "temperature": float(custom[KEY_TEMPERATURE]),
             "in_scope": json.loads(custom[KEY_IN_SCOPE]) if KEY_IN_SCOPE in custom else None,
+            "compound": json.loads(custom[KEY_COMPOUND]) if KEY_COMPOUND in custom else None,
         }
     except (KeyError, ValueError, TypeError) as e:
         raise ModelError(f"the graph's intent_router metadata is incomplete or malformed: {e}") from None
@@ -138,9 +144,10 @@ def check_graph_metadata(meta: Mapping[str, Any], manifest: Manifest, source: st
         problems.append(
             f"temperature {manifest.temperature!r} in the manifest, {meta['temperature']!r} in the graph"
         )
-    ours = (graph_scope_metadata(manifest) or {}).get("in_scope")
-    if meta.get("in_scope") != ours:
-        problems.append(f"in_scope {ours} in the manifest, {meta.get('in_scope')} in the graph")
+    for key in ("in_scope", "compound"):
+        ours = (graph_scope_metadata(manifest) or {}).get(key)
+        if meta.get(key) != ours:
+            problems.append(f"{key} {ours} in the manifest, {meta.get(key)} in the graph")
     if problems:
         raise ModelError(
             f"{source}: the manifest disagrees with the graph's own metadata ({'; '.join(problems)}): "

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from router import env as envvars
 from router.classifier import Classification, Classifier
+from router.compound import merge_skills, ordered_intents, secondary_intent
 from router.config import RouterConfig, validate_threshold
 from router.decision import (
     Decision,
@@ -197,15 +198,23 @@ class Router:
         if scope.signals and not follow_up:
             trace.append(TraceStep(stage="scope", status="out_of_scope", detail={"signals": scope.signals}))
             return self._out_of_scope(c, scope, "classifier", role, info, latency, trace)
-        if not scope.signals and c.confidence >= self.threshold:
-            trace.append(
-                TraceStep(stage="threshold", status="accepted", detail={"threshold": self.threshold})
-            )
-            intent, source, reason = c.label, "classifier", ReasonCode.CONFIDENT
+        secondary = secondary_intent(c.label, c.intent_scores, self.classifier.compound_threshold)
+        pair = c.confidence + (dict(c.ranking).get(secondary, 0.0) if secondary else 0.0)
+        if not scope.signals and (c.confidence >= self.threshold or pair >= self.threshold):
+            detail = {"threshold": self.threshold}
+            reason = ReasonCode.CONFIDENT
+            if c.confidence < self.threshold:  # unsure only between the two intents the message asks for
+                detail["pair_confidence"] = round(pair, 6)
+                reason = ReasonCode.CONFIDENT_COMPOUND
+            trace.append(TraceStep(stage="threshold", status="accepted", detail=detail))
+            intent, source = c.label, "classifier"
+            if c.intent_scores is not None:
+                trace.append(_compound_step(c, secondary, self.classifier.compound_threshold))
         else:  # unsure, or out of scope right after a turn it may continue ("yes", "and for next week?")
             status = "out_of_scope_follow_up" if scope.signals else "below"
             trace.append(TraceStep(stage="threshold", status=status, detail={"threshold": self.threshold}))
-            intent, source, reason = self._verify(text, c, previous, trace, latency)
+            secondary = None
+            intent, source, reason, secondary = self._verify(text, c, previous, trace, latency)
             if reason == ReasonCode.OUT_OF_SCOPE:
                 scope.signals.append("verifier")
                 return self._out_of_scope(c, scope, "verifier", role, info, latency, trace)
@@ -216,17 +225,17 @@ class Router:
                     )
                 )
                 intent, source, reason = previous.intent.value, "fallback", ReasonCode.FOLLOW_UP_UNVERIFIED
+                secondary = _previous_secondary(previous)
 
+        intents = ordered_intents(intent, secondary)
         if intent is None:  # fallback: union of the fallback intents' skills
             specs = [self.config.intents[i] for i in self.config.fallback_intents]
             trace.append(
                 TraceStep(stage="fallback", status="used", detail={"intents": self.config.fallback_intents})
             )
         else:
-            specs = [self.config.intents[intent]]
-        required = _unique(s for spec in specs for s in spec.required)
-        optional = _unique(s for spec in specs for s in spec.optional if s not in required)
-        budget = max(spec.context_budget for spec in specs)
+            specs = [self.config.intents[i] for i in intents]
+        required, optional, budget = merge_skills(specs)
 
         g = grant_skills(self.config, role, required, optional)
         trace.append(
@@ -242,6 +251,7 @@ class Router:
             message = f"cannot be served as classified: role {role!r} is denied required skill(s) {names}"
         return Decision(
             intent=intent,
+            intents=intents,
             confidence=c.confidence,
             ranking=_ranking(c),
             scope=scope,
@@ -283,7 +293,7 @@ class Router:
     def _verify(self, text, c, previous, trace, latency):
         if self.verifier is None:
             trace.append(TraceStep(stage="verifier", status="absent"))
-            return None, "fallback", ReasonCode.NO_VERIFIER
+            return None, "fallback", ReasonCode.NO_VERIFIER, None
         t0 = time.perf_counter()
         try:
             res = self.verifier.verify(text, c, previous)
@@ -301,7 +311,7 @@ class Router:
                 if isinstance(e, VerifierUnavailable)
                 else ReasonCode.VERIFIER_FAILED
             )
-            return None, "fallback", reason
+            return None, "fallback", reason, None
         ms = (time.perf_counter() - t0) * 1000
         latency.verifier_ms = round(ms, 4)
         keep_previous = (
@@ -318,7 +328,7 @@ class Router:
         if keep_previous:
             detail["kept_previous"] = previous.intent.value
             trace.append(TraceStep(stage="verifier", status="accepted", ms=round(ms, 4), detail=detail))
-            return previous.intent.value, "verifier", ReasonCode.FOLLOW_UP
+            return previous.intent.value, "verifier", ReasonCode.FOLLOW_UP, _previous_secondary(previous)
         if res.intent not in INTENTS and not (
             res.intent == OUT_OF_SCOPE and res.reason_code != "same_domain_follow_up"
         ):
@@ -330,11 +340,15 @@ class Router:
                     detail={"intent": res.intent, "attempts": res.attempts},
                 )
             )
-            return None, "fallback", ReasonCode.VERIFIER_FAILED
+            return None, "fallback", ReasonCode.VERIFIER_FAILED, None
+        secondary = getattr(res, "secondary", None)
+        secondary = secondary if secondary in INTENTS and secondary != res.intent else None
+        if secondary:
+            detail["secondary"] = secondary
         trace.append(TraceStep(stage="verifier", status="accepted", ms=round(ms, 4), detail=detail))
         if res.intent == OUT_OF_SCOPE:
-            return None, "verifier", ReasonCode.OUT_OF_SCOPE
-        return res.intent, "verifier", ReasonCode.VERIFIED
+            return None, "verifier", ReasonCode.OUT_OF_SCOPE, None
+        return res.intent, "verifier", ReasonCode.VERIFIED, secondary
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -350,13 +364,23 @@ def repair_text(text: str) -> tuple[str, int]:
     return fixed, n
 
 
+def _compound_step(c: Classification, secondary: str | None, threshold: float | None) -> TraceStep:
+    """The compound rule's verdict, with the one-vs-rest scores it read."""
+    return TraceStep(
+        stage="compound",
+        status="two_intents" if secondary else "single",
+        detail={
+            "secondary": secondary,
+            "threshold": threshold,
+            "scores": {k: round(v, 6) for k, v in (c.intent_scores or {}).items()},
+        },
+    )
+
+
+def _previous_secondary(previous: Decision) -> str | None:
+    """The second intent of the previous decision, kept with its primary on a follow-up."""
+    return previous.intents[1].value if len(previous.intents) > 1 else None
+
+
 def _ranking(c: Classification) -> list[RankedIntent]:
     return [RankedIntent(intent=label, probability=p) for label, p in c.ranking if label != OUT_OF_SCOPE]
-
-
-def _unique(items) -> list[str]:
-    out: list[str] = []
-    for x in items:
-        if x not in out:
-            out.append(x)
-    return out

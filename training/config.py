@@ -23,6 +23,10 @@ class TrainConfig(BaseModel):
     train_file: Path = Path("data/train.jsonl")
     dev_file: Path = Path("data/dev.jsonl")
     test_file: Path | None = Path("data/test.jsonl")
+    # Two-intent requests and their single-intent twins (data/compound/): None leaves the compound head out.
+    compound_train_file: Path | None = Path("data/compound/train.jsonl")
+    compound_dev_file: Path | None = Path("data/compound/dev.jsonl")
+    compound_test_file: Path | None = Path("data/compound/test.jsonl")
     seed: int = 42
     # Contrastive phase. On 2 cores this corpus trains at ~23 pairs/s (messages average 13 words), so
     # 400 steps x 32 pairs take about 9 minutes. 300 steps (7 minutes) gave 95.3% test accuracy and a
@@ -53,6 +57,11 @@ class TrainConfig(BaseModel):
     in_scope_distance: bool = True
     in_scope_keep: float = Field(0.99, gt=0, le=1, description="Share of dev in-scope rows kept in scope.")
     in_scope_shrinkage: float = Field(0.1, ge=0, le=1)
+    # Compound head (training/compound_head.py): one-vs-rest per intent; threshold fitted on dev.
+    compound_head_c: float = Field(4.0, gt=0)
+    compound_max_single: float = Field(
+        0.01, ge=0, le=1, description="Share of dev single-intent messages the threshold may call compound."
+    )
     # Logistic-regression head.
     head_c: float = Field(1.0, gt=0)
     head_max_iter: int = Field(2000, ge=10)

@@ -46,11 +46,12 @@ CALIBRATION_TEXTS = 256  # training texts for the sensitivity pass of the -keepK
 
 
 def _graph_module(intent_model: IntentModel, temperature: float):
-    """The graph as a torch module: probabilities, plus the in-scope distance when the model has one."""
+    """The graph as a torch module: probabilities, plus the in-scope distance and the one-vs-rest intent
+    scores when the model has them (in that order)."""
     import torch
     from torch import nn
 
-    model, scope = intent_model.setfit, intent_model.scope
+    model, scope, compound = intent_model.setfit, intent_model.scope, intent_model.compound
     body = model.model_body
     transformer = body[0].auto_model
     pooling = body[1]
@@ -78,6 +79,9 @@ def _graph_module(intent_model: IntentModel, temperature: float):
                 self.register_buffer("factor", torch.from_numpy(scope.factor.astype(np.float32)))
                 centres = (scope.means @ scope.factor).astype(np.float32)
                 self.register_buffer("centres", torch.from_numpy(centres))
+            if compound is not None:  # one logistic regression per intent: sigmoid(x W^T + b)
+                self.register_buffer("ovr_weight", torch.from_numpy(compound.coef.astype(np.float32)))
+                self.register_buffer("ovr_bias", torch.from_numpy(compound.intercept.astype(np.float32)))
 
         def forward(self, input_ids, attention_mask):
             hidden = self.transformer(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
@@ -86,12 +90,14 @@ def _graph_module(intent_model: IntentModel, temperature: float):
             if normalize:
                 emb = torch.nn.functional.normalize(emb, p=2.0, dim=1)
             logits = emb @ self.weight.T + self.bias
-            probs = torch.softmax(logits * self.inv_temperature, dim=-1)
-            if scope is None:
-                return probs
-            proj = emb @ self.factor
-            distance = ((proj.unsqueeze(1) - self.centres.unsqueeze(0)) ** 2).sum(dim=-1).min(dim=1).values
-            return probs, distance
+            out = [torch.softmax(logits * self.inv_temperature, dim=-1)]
+            if scope is not None:
+                proj = emb @ self.factor
+                diff = proj.unsqueeze(1) - self.centres.unsqueeze(0)
+                out.append((diff**2).sum(dim=-1).min(dim=1).values)
+            if compound is not None:
+                out.append(torch.sigmoid(emb @ self.ovr_weight.T + self.ovr_bias))
+            return out[0] if len(out) == 1 else tuple(out)
 
     return IntentGraph().eval(), normalize
 
@@ -140,7 +146,13 @@ def export_model(
         raise ModelError(
             f"{model_dir}: the checkpoint's in-scope distance and the manifest's in_scope disagree"
         )
-    outputs = ["probabilities"] + ([manifest.in_scope.output] if manifest.in_scope else [])
+    if (model.compound is None) != (manifest.compound is None):
+        raise ModelError(f"{model_dir}: the checkpoint's compound head and the manifest's compound disagree")
+    outputs = (
+        ["probabilities"]
+        + ([manifest.in_scope.output] if manifest.in_scope else [])
+        + ([manifest.compound.output] if manifest.compound else [])
+    )
 
     tokenizer = model.setfit.model_body.tokenizer
     tokenizer.backend_tokenizer.save(str(model_dir / TOKENIZER_FILE))

@@ -21,6 +21,7 @@ import numpy as np
 from eval.calibration import softmax
 from router.intents import OUT_OF_SCOPE
 from router.manifest import MANIFEST_NAME, Manifest, ModelError, load_manifest
+from training.compound_head import CompoundHead
 from training.config import TrainConfig, resolve_base_model
 from training.scope import InScopeDistance
 
@@ -76,6 +77,7 @@ class IntentModel:
         )
         self.fit_seconds: dict[str, float] = {}
         self.scope: InScopeDistance | None = None
+        self.compound: CompoundHead | None = None
 
     # ------------------------------------------------------------------------------- fitting
     def fit(
@@ -84,14 +86,20 @@ class IntentModel:
         labels: Sequence[str],
         report: Reporter = print,
         show_progress: bool = True,
+        secondary: Sequence[str | None] | None = None,
     ) -> IntentModel:
         """Contrastive body fine-tuning, then the logistic head, with the config's hyperparameters (its
-        file fields are not read). The temperature is reset to 1; ``calibrate`` fits it."""
+        file fields are not read). The temperature is reset to 1; ``calibrate`` fits it.
+
+        ``secondary`` names the second intent of compound rows (None for single-intent ones). Compound
+        rows take part in the contrastive phase as their own class per intent pair, train the softmax
+        head with their primary label and, with all other rows, the one-vs-rest compound head."""
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         config = self.config
         texts, labels = list(texts), list(labels)
-        if len(texts) != len(labels):
-            raise ValueError(f"{len(texts)} texts but {len(labels)} labels")
+        secondary = list(secondary) if secondary is not None else [None] * len(texts)
+        if len(texts) != len(labels) or len(secondary) != len(texts):
+            raise ValueError(f"{len(texts)} texts but {len(labels)} labels / {len(secondary)} secondaries")
         labels_in_data = sorted(set(labels))
         if len(labels_in_data) < 2:
             raise ValueError(f"need at least two labels to train, found {labels_in_data}")
@@ -118,6 +126,8 @@ class IntentModel:
         model.model_body.max_seq_length = config.max_seq_length
 
         ds = Dataset.from_dict({"text": texts, "label": labels})
+        pair_labels = [_pair_class(l, s) for l, s in zip(labels, secondary, strict=True)]
+        body_ds = Dataset.from_dict({"text": texts, "label": pair_labels})
         with tempfile.TemporaryDirectory(prefix="setfit-") as tmp:
             args = TrainingArguments(
                 output_dir=tmp,
@@ -159,7 +169,7 @@ class IntentModel:
 
                     trainer.st_trainer.args.batch_sampler = LengthBucketBatchSampler
                 t0 = time.perf_counter()
-                body_ds = _contrastive_rows(ds, config.contrastive_oos_rows, config.seed)
+                body_ds = _contrastive_rows(body_ds, config.contrastive_oos_rows, config.seed)
                 trainer.train_embeddings(*trainer.dataset_to_parameters(body_ds), args=args)
                 body_seconds = time.perf_counter() - t0
             report(f"contrastive phase: {body_seconds:.1f}s")
@@ -168,28 +178,75 @@ class IntentModel:
             head_seconds = time.perf_counter() - t0
         report(f"head fitted: {head_seconds:.1f}s")
         self.setfit, self.temperature = model, 1.0
-        self.scope = None
+        self.scope, self.compound = None, None
         in_scope = [l for l in labels_in_data if l != OUT_OF_SCOPE]
+        need_emb = (config.in_scope_distance and in_scope) or any(secondary)
+        emb = self.encode(texts) if need_emb else None
         if config.in_scope_distance and in_scope:
             t0 = time.perf_counter()
+            single = np.array([s is None for s in secondary])  # class means of single-intent rows
             self.scope = InScopeDistance.fit(
-                self.encode(texts), labels, in_scope, shrinkage=config.in_scope_shrinkage
+                emb[single], np.array(labels)[single], in_scope, shrinkage=config.in_scope_shrinkage
             )
             report(f"in-scope distance fitted on {len(in_scope)} classes: {time.perf_counter() - t0:.1f}s")
+        if any(secondary):
+            t0 = time.perf_counter()
+            self.compound = CompoundHead.fit(emb, _label_sets(labels, secondary), c=config.compound_head_c)
+            report(
+                f"compound head fitted on {sum(map(bool, secondary))} two-intent rows: {time.perf_counter() - t0:.1f}s"
+            )
         self.fit_seconds = {"contrastive": body_seconds, "head": head_seconds}
         return self
 
-    def calibrate(self, texts: Sequence[str], labels: Sequence[str]) -> float:
-        """Fit the temperature on held-out rows (minimum NLL), and the in-scope distance threshold on
-        their in-scope rows; returns the temperature."""
+    def calibrate(
+        self, texts: Sequence[str], labels: Sequence[str], secondary: Sequence[str | None] | None = None
+    ) -> float:
+        """Fit the temperature on held-out rows (minimum NLL), the in-scope distance threshold on their
+        single-intent in-scope rows and the compound threshold on their single-intent rows; returns the
+        temperature."""
         from training.calibrate import fit_temperature
 
+        secondary = list(secondary) if secondary is not None else [None] * len(labels)
         emb = self.encode(texts)
-        self.temperature = fit_temperature(self._head_logits(emb), self.label_ids(labels))
-        in_scope = np.array([l != OUT_OF_SCOPE for l in labels])
+        logits = self._head_logits(emb)
+        self.temperature = fit_temperature(logits, self.label_ids(labels))
+        single = np.array([s is None for s in secondary])
+        in_scope = np.array([l != OUT_OF_SCOPE for l in labels]) & single
         if self.scope is not None and in_scope.any():
             self.scope.fit_threshold(emb[in_scope], keep=self.config.in_scope_keep)
+        if self.compound is not None:
+            primaries = [self.labels[i] for i in logits.argmax(axis=1)]
+            self.compound.fit_threshold(
+                primaries,
+                self.compound.scores(emb),
+                _label_sets(labels, secondary),
+                max_single_compound=self.config.compound_max_single,
+            )
         return self.temperature
+
+    @property
+    def compound_threshold(self) -> float | None:
+        return self.compound.threshold if self.compound is not None else None
+
+    @property
+    def compound_intents(self) -> list[str]:
+        return list(self.compound.intents) if self.compound is not None else []
+
+    def predict_compound(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """(calibrated probabilities, in-scope distances or None, one-vs-rest intent scores) from one
+        encoding pass; the scores are (n, 0) without a compound head."""
+        texts = list(texts)
+        emb = self.encode(texts) if texts else np.zeros((0, 1))
+        if not texts:
+            return (
+                np.zeros((0, len(self.labels))),
+                (None if self.scope is None else np.zeros(0)),
+                np.zeros((0, 0)),
+            )
+        probs = softmax(self._head_logits(emb), self.temperature)
+        dist = self.scope.distance(emb) if self.scope is not None else None
+        scores = self.compound.scores(emb) if self.compound is not None else np.zeros((len(texts), 0))
+        return probs, dist, scores
 
     @property
     def distance_threshold(self) -> float | None:
@@ -251,6 +308,8 @@ class IntentModel:
         self.setfit.save_pretrained(str(directory))
         if self.scope is not None:
             self.scope.save(directory)
+        if self.compound is not None:
+            self.compound.save(directory)
         return Path(directory)
 
     @classmethod
@@ -269,11 +328,25 @@ class IntentModel:
             model_id=None if manifest is not None else f"{checkpoint.resolve().name}/torch",
         )
         model.scope = InScopeDistance.load(checkpoint)
+        model.compound = CompoundHead.load(checkpoint)
         if manifest is not None and list(manifest.labels) != model.labels:
             raise ModelError(
                 f"{checkpoint}: head label order {model.labels} differs from the manifest's {manifest.labels}"
             )
         return model
+
+
+def _pair_class(label: str, secondary: str | None) -> str:
+    """A compound row's class in the contrastive phase: its unordered intent pair ("ACTION+SEARCH"), so
+    the body learns two-intent requests as a region of their own, apart from either single intent."""
+    return label if secondary is None else "+".join(sorted((label, secondary)))
+
+
+def _label_sets(labels: Sequence[str], secondary: Sequence[str | None]) -> list[list[str]]:
+    """Intents of each row for the one-vs-rest head: [] for out of scope, one or two intents otherwise."""
+    return [
+        [] if l == OUT_OF_SCOPE else [l] + ([s] if s else []) for l, s in zip(labels, secondary, strict=True)
+    ]
 
 
 def _contrastive_rows(ds, oos_rows: int | None, seed: int):

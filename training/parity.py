@@ -55,10 +55,27 @@ def load_parity_text(files: Sequence[str | Path], label_names: Sequence[str]) ->
     return out
 
 
-def reference(model, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray | None]:
+def reference(model, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """PyTorch's (probabilities, distances or None, intent scores or None) for the parity text."""
     if not texts:
         raise ValueError("parity needs at least one text")
-    return model.predict_with_distance(list(texts))
+    if getattr(model, "compound", None) is not None:
+        return model.predict_compound(list(texts))
+    return (*model.predict_with_distance(list(texts)), None)
+
+
+def _intent_sets(probs: np.ndarray, scores: np.ndarray, manifest: Manifest) -> list[tuple]:
+    """Primary label and the compound rule's second intent of each row."""
+    from router.compound import secondary_intent
+
+    c = manifest.compound
+    out = []
+    for p, row in zip(probs, scores, strict=True):
+        primary = manifest.labels[int(p.argmax())]
+        out.append(
+            (primary, secondary_intent(primary, dict(zip(c.intents, row.tolist(), strict=True)), c.threshold))
+        )
+    return out
 
 
 def margin_shortfalls(parity: Parity) -> list[str]:
@@ -67,6 +84,7 @@ def margin_shortfalls(parity: Parity) -> list[str]:
     values = {
         "top-1 agreement": (parity.top1_agreement, parity.batched_top1_agreement),
         "in-scope flag agreement": (parity.in_scope_agreement, parity.batched_in_scope_agreement),
+        "intents agreement": (parity.intents_agreement, parity.batched_intents_agreement),
         "max |dp|": (parity.max_abs_prob_diff, parity.batched_max_abs_prob_diff),
     }
     out = []
@@ -94,7 +112,7 @@ def check_parity(
     text: ParityText | Sequence[str],
     report: Callable[[str], None] = print,
     variants: Sequence[str] | None = None,
-    ref: tuple[np.ndarray, np.ndarray | None] | None = None,
+    ref: tuple[np.ndarray, np.ndarray | None, np.ndarray | None] | None = None,
 ) -> list[str]:
     """Compare exported variants with the PyTorch model; record the result in the manifest and return
     the failures."""
@@ -102,7 +120,9 @@ def check_parity(
 
     if not isinstance(text, ParityText):
         text = ParityText(texts=list(text))
-    torch_probs, torch_dist = ref if ref is not None else reference(model, text.texts)
+    torch_probs, torch_dist, torch_scores = ref if ref is not None else reference(model, text.texts)
+    compound = torch_scores is not None and manifest.compound is not None
+    torch_sets = _intent_sets(torch_probs, torch_scores, manifest) if compound else None
     limit = manifest.in_scope.threshold if manifest.in_scope is not None else None
     splits = text.splits if len(text.splits) > 1 else {}
     failures = []
@@ -115,13 +135,24 @@ def check_parity(
             clf = Classifier(
                 model_dir, variant=name, manifest=manifest, require_parity=False, max_batch=batch
             )
-            probs, dist = clf.predict(text.texts)
+            probs, dist, scores = clf.predict_compound(text.texts)
             same = probs.argmax(1) == torch_probs.argmax(1)
-            scope = diff = None
+            scope = diff = sets = sdiff = None
             if torch_dist is not None and dist is not None and limit is not None:
                 scope = float(((dist > limit) == (torch_dist > limit)).mean())
                 diff = float((np.abs(dist - torch_dist) / np.maximum(torch_dist, 1e-9)).max())
-            runs[batch] = (float(same.mean()), float(np.abs(probs - torch_probs).max()), scope, diff)
+            if compound and scores.shape[1]:
+                ours = _intent_sets(probs, scores, manifest)
+                sets = float(np.mean([a == b for a, b in zip(ours, torch_sets, strict=True)]))
+                sdiff = float(np.abs(scores - torch_scores).max())
+            runs[batch] = (
+                float(same.mean()),
+                float(np.abs(probs - torch_probs).max()),
+                scope,
+                diff,
+                sets,
+                sdiff,
+            )
             per_split[batch] = {s: float(same[rows].mean()) for s, rows in splits.items()}
             if batch == 1:
                 for s, y in text.labels.items():
@@ -134,12 +165,14 @@ def check_parity(
             for what, value, sign, bound in (
                 ("top-1 agreement", runs[batch][0], ">=", need),
                 ("in-scope flag agreement", runs[batch][2], ">=", need),
+                ("intents agreement", runs[batch][4], ">=", need),
                 ("max |dp|", runs[batch][1], "<=", max_dp),
                 *((f"{s} top-1 agreement", a, ">=", need) for s, a in per_split[batch].items()),
             )
             if value is not None and bound is not None and (value < bound if sign == ">=" else value > bound)
         ]
-        (agree, dp, scope, ddiff), (b_agree, b_dp, b_scope, _) = runs[1], runs[PARITY_BATCH]
+        (agree, dp, scope, ddiff, sets, sdiff) = runs[1]
+        (b_agree, b_dp, b_scope, _, b_sets, _) = runs[PARITY_BATCH]
         variant.parity = Parity(
             n=len(text.texts),
             top1_agreement=agree,
@@ -151,12 +184,17 @@ def check_parity(
             batched_top1_agreement=b_agree,
             batched_max_abs_prob_diff=b_dp,
             batched_in_scope_agreement=b_scope,
+            intents_agreement=sets,
+            batched_intents_agreement=b_sets,
+            max_abs_score_diff=sdiff,
             max_abs_prob_diff_allowed=max_dp,
             split_top1_agreement=per_split[1] or None,
             batched_split_top1_agreement=per_split[PARITY_BATCH] or None,
             quality=quality or None,
         )
         scope_note = "" if scope is None else f", in-scope flag agreement {scope:.4f}/{b_scope:.4f}"
+        if sets is not None:
+            scope_note += f", intents agreement {sets:.4f}/{b_sets:.4f}"
         split_note = "".join(
             f", {s} {a:.4f}/{per_split[PARITY_BATCH][s]:.4f}" for s, a in per_split[1].items()
         )

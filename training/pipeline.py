@@ -46,7 +46,7 @@ def build(
     train(cfg, out, report=report, show_progress=show_progress)
     report("== export")
     oos = oos if oos is not None and Path(oos).is_file() else None
-    parity_files = [f for f in (cfg.test_file, cfg.dev_file, oos) if f is not None]
+    parity_files = [f for f in (cfg.test_file, cfg.dev_file, oos, cfg.compound_test_file) if f is not None]
     export_model(out, parity_file=parity_files, report=report)
     seconds = time.perf_counter() - t0
     manifest = load_manifest(out)

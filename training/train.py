@@ -14,7 +14,7 @@ from eval.calibration import softmax, summary
 from eval.data import load_labeled
 from eval.evaluator import split_metrics
 from router.intents import LABELS
-from router.manifest import Calibration, InScope, Manifest, package_versions, sha256_file
+from router.manifest import Calibration, Compound, InScope, Manifest, package_versions, sha256_file
 from training.config import TrainConfig
 from training.model import CHECKPOINT_DIR, IntentModel
 
@@ -56,10 +56,26 @@ def train(
         if unseen:
             raise ValueError(f"{name} file has labels the training data lacks: {unseen}")
 
-    model = IntentModel(config).fit(train_rows.texts, train_rows.labels, report, show_progress)
+    compound = {
+        split: load_labeled(path, labels=LABELS) if path else None
+        for split, path in (
+            ("train", config.compound_train_file),
+            ("dev", config.compound_dev_file),
+            ("test", config.compound_test_file),
+        )
+    }
+    if (compound["train"] is None) != (compound["dev"] is None):
+        raise ValueError(
+            "the compound head needs both compound_train_file and compound_dev_file (or neither)"
+        )
+    fit_rows = _joined(train_rows, compound["train"])
+    model = IntentModel(config).fit(
+        fit_rows.texts, fit_rows.labels, report, show_progress, secondary=fit_rows.secondary
+    )
     labels = model.labels
     t0 = time.perf_counter()
-    temperature = model.calibrate(dev_rows.texts, dev_rows.labels)
+    cal_rows = _joined(dev_rows, compound["dev"])
+    temperature = model.calibrate(cal_rows.texts, cal_rows.labels, cal_rows.secondary)
     calib = Calibration(temperature=temperature)
     metrics: dict = {}
     for split, rows in (("dev", dev_rows), ("test", test_rows)):
@@ -75,10 +91,16 @@ def train(
         report(
             f"in-scope distance threshold {model.distance_threshold:.1f} (keeps {config.in_scope_keep:.1%} of dev in scope)"
         )
+    if model.compound_threshold is not None:
+        report(
+            f"compound threshold {model.compound_threshold:.2f} (calls at most "
+            f"{config.compound_max_single:.1%} of dev single-intent messages compound)"
+        )
 
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save(out_dir / CHECKPOINT_DIR)
     data_files = [config.train_file, config.dev_file] + ([config.test_file] if config.test_file else [])
+    data_files += [Path(r.source) for r in compound.values() if r is not None]
     manifest = Manifest(
         name=config.name,
         created_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -87,7 +109,16 @@ def train(
         max_seq_length=config.max_seq_length,
         training={
             "hyperparameters": config.model_dump(
-                mode="json", exclude={"name", "train_file", "dev_file", "test_file"}
+                mode="json",
+                exclude={
+                    "name",
+                    "train_file",
+                    "dev_file",
+                    "test_file",
+                    "compound_train_file",
+                    "compound_dev_file",
+                    "compound_test_file",
+                },
             ),
             "data": {
                 "files": _data_digest(data_files),
@@ -95,6 +126,7 @@ def train(
                     "train": len(train_rows),
                     "dev": len(dev_rows),
                     "test": len(test_rows) if test_rows else 0,
+                    **{f"compound_{k}": len(r) for k, r in compound.items() if r is not None},
                 },
             },
             "versions": package_versions(VERSIONED_PACKAGES),
@@ -110,6 +142,7 @@ def train(
         calibration=calib,
         metrics=metrics,
         in_scope=_in_scope_section(model),
+        compound=_compound_section(model),
     )
     manifest.save(out_dir)
     return manifest
@@ -121,6 +154,32 @@ def _in_scope_section(model: IntentModel) -> InScope | None:
         return None
     return InScope(
         classes=scope.classes, shrinkage=scope.shrinkage, threshold=scope.threshold, keep=scope.keep
+    )
+
+
+def _compound_section(model: IntentModel) -> Compound | None:
+    head = model.compound
+    if head is None or head.threshold is None:
+        return None
+    return Compound(
+        intents=head.intents, threshold=head.threshold, max_single_compound=head.max_single_compound
+    )
+
+
+def _joined(rows, extra):
+    """Single-intent rows plus compound rows (and twins) as one LabeledData-like set."""
+    if extra is None:
+        return rows
+    from dataclasses import replace
+
+    second = (rows.secondary or [None] * len(rows)) + (extra.secondary or [None] * len(extra))
+    return replace(
+        rows,
+        texts=rows.texts + extra.texts,
+        labels=rows.labels + extra.labels,
+        secondary=second,
+        rows=rows.rows + extra.rows,
+        lines=None,
     )
 
 
