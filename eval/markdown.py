@@ -323,7 +323,7 @@ def _compound_lines(cp: dict | None) -> list[str]:
         ],
         [
             f"single twins (n={s['n']}): accuracy / called compound",
-            f"{_f(s['accuracy'])} / {_pct(s['called_compound'])}",
+            f"{_pct(s['accuracy'])} / {_pct(s['called_compound'])}",
         ],
         [f"main data single (n={d['n']}): called compound", _pct(d["called_compound"])],
         ["per-intent macro-F1 (multi-label)", _f(cp["macro_f1"])],
