@@ -79,7 +79,7 @@ def gate(
     ),
     as_json: Annotated[bool, Opt("--json", help="Print the checks as JSON.")] = False,
 ) -> None:
-    """CI gate: exit 1 when accuracy, macro-F1, a class F1, ECE, accepted accuracy or out-of-scope figures regress past the baseline's limits."""
+    """CI gate: exit 1 when accuracy, macro-F1, a class F1, ECE, accepted accuracy, out-of-scope or compound-request figures regress past the baseline's limits."""
     from eval.gate import GATE_COLUMNS, GateError, gate_notes, gate_passed, gate_rows, load_baseline, run_gate
     from eval.gate import write_baseline as write_baseline_file
     from eval.report import ReportError, load_report

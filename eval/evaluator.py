@@ -1,5 +1,6 @@
-"""The one evaluator: classification metrics, calibration, threshold sweep, out-of-scope recall and
-latency of any Predictor (an object with ``labels`` and ``predict_proba``).
+"""The one evaluator: classification metrics, calibration, threshold sweep, out-of-scope recall,
+compound requests (eval.compound) and latency of any Predictor (an object with ``labels`` and
+``predict_proba``).
 
 ``split_metrics`` scores probabilities already computed (training's manifest metrics);
 ``evaluate`` scores a predictor on loaded data (the metric sections of a report, and the benchmarks);
@@ -19,6 +20,14 @@ from pathlib import Path
 import numpy as np
 
 from eval.calibration import summary
+from eval.compound import (
+    compound_metrics,
+    has_compound_head,
+    head_arguments,
+    predict_compound_in_batches,
+    predicted_intents,
+    single_summary,
+)
 from eval.data import LabeledData, UnlabeledData, load_labeled, load_unlabeled
 from eval.latency import DEFAULT_SAMPLES, measure_latency
 from eval.metrics import DEFAULT_BINS, calibration_metrics, classification_metrics, misclassified
@@ -70,16 +79,18 @@ def evaluate(
     data: LabeledData,
     *,
     oos: UnlabeledData | None = None,
+    compound: LabeledData | None = None,
     tau: float,
     n_bins: int = DEFAULT_BINS,
     taus: Sequence[float] = DEFAULT_TAUS,
     max_latency_samples: int = DEFAULT_SAMPLES,
 ) -> Evaluation:
-    """Score ``predictor`` on ``data`` (and out-of-scope ``oos``) at threshold ``tau``."""
+    """Score ``predictor`` on ``data`` (and out-of-scope ``oos``, compound requests ``compound``) at
+    threshold ``tau``."""
     labels = list(predictor.labels)
     index = {l: i for i, l in enumerate(labels)}
     y = np.array([index[l] for l in data.labels], dtype=int)
-    probs, dist = predict_in_batches(predictor, data.texts)
+    probs, dist, scores = predict_scored(predictor, data.texts)
     limit = getattr(predictor, "distance_threshold", None)
     oos_section, oos_probs, oos_dist, low = None, None, None, None
     if oos is not None:
@@ -91,6 +102,11 @@ def evaluate(
             "accepted_examples": _oos_accepted(oos, oos_probs, labels, tau, low),
         }
     all_taus = [*taus, tau]
+    pred = (
+        predicted_intents(probs, labels, **head_arguments(predictor, scores))
+        if compound is not None
+        else None
+    )
     sections = {
         "classification": classification_metrics(y, probs.argmax(axis=1), labels),
         "calibration": calibration_metrics(probs, y, n_bins),
@@ -104,6 +120,7 @@ def evaluate(
             **scope_metrics(probs, y, labels, tau, dist, limit, oos_probs, oos_dist, low),
             "sweep": scope_sweep(probs, y, labels, all_taus, dist, limit),
         },
+        "compound": None if compound is None else _compound_section(predictor, compound, tau, data, pred),
         "latency": measure_latency(predictor, data.texts, max_latency_samples)
         if max_latency_samples > 0
         else None,
@@ -117,6 +134,31 @@ def evaluate(
 def default_threshold() -> float:
     """The router's threshold from its default config (router/config/default.yaml)."""
     return RouterConfig.load().threshold
+
+
+def predict_scored(
+    predictor: Predictor, texts: Sequence[str]
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """(probabilities, distances or None, one-vs-rest intent scores or None without a compound head)."""
+    if has_compound_head(predictor):
+        return predict_compound_in_batches(predictor, texts, PREDICT_BATCH)
+    return (*predict_in_batches(predictor, texts), None)
+
+
+def _compound_section(predictor, ds: LabeledData, tau: float, data: LabeledData, data_pred: list) -> dict:
+    """The compound file's rows scored apart; ``data_single``: the main data's single rows called compound."""
+    probs, dist, scores = predict_scored(predictor, ds.texts)
+    limit = getattr(predictor, "distance_threshold", None)
+    metrics = compound_metrics(
+        probs,
+        predictor.labels,
+        ds.label_sets,
+        tau,
+        distance=dist,
+        distance_threshold=limit,
+        **head_arguments(predictor, scores),
+    )
+    return {**source_section(ds), **metrics, "data_single": single_summary(data_pred, data.label_sets)}
 
 
 def predict_in_batches(
@@ -144,6 +186,7 @@ def run_evaluation(
     data: str | Path,
     *,
     oos: str | Path | None = None,
+    compound: str | Path | None = None,
     threshold: float | None = None,
     variant: str | None = None,
     text_column: str = "text",
@@ -158,7 +201,8 @@ def run_evaluation(
     taus: Sequence[float] = DEFAULT_TAUS,
     predictor: Predictor | None = None,
 ) -> dict:
-    """Evaluate a model on labeled ``data`` (and unlabeled out-of-scope ``oos``); return the report dict.
+    """Evaluate a model on labeled ``data`` (and unlabeled out-of-scope ``oos``, and the compound
+    requests and their single-intent twins of ``compound``, scored apart); return the report dict.
 
     ``predictor`` is any Predictor; without one, ``model`` (an exported model directory) is opened with
     ONNX Runtime (``training.model.load_predictor`` also opens SetFit checkpoints). ``model`` is recorded
@@ -183,8 +227,24 @@ def run_evaluation(
     ods = None
     if oos is not None:
         ods = load_unlabeled(oos, text_column=text_column, split=split, skip_invalid=skip_invalid)
+    cds = None
+    if compound is not None:
+        cds = load_labeled(
+            compound,
+            labels=labels,
+            text_column=text_column,
+            label_column=label_column,
+            skip_invalid=skip_invalid,
+        )
     ev = evaluate(
-        predictor, ds, oos=ods, tau=tau, n_bins=n_bins, taus=taus, max_latency_samples=max_latency_samples
+        predictor,
+        ds,
+        oos=ods,
+        compound=cds,
+        tau=tau,
+        n_bins=n_bins,
+        taus=taus,
+        max_latency_samples=max_latency_samples,
     )
     report = {
         "schema_version": SCHEMA_VERSION,

@@ -9,7 +9,11 @@ metrics plus the limits the gate applies:
 - the accuracy of the accepted messages at the baseline's tau may fall by at most its tolerance;
 - out of scope (when the baseline has ``scope``): in-scope accuracy and the share of out-of-scope
   messages not routed to an intent (labelled rows and the --oos file) have floors, the share of
-  in-scope messages called out of scope a ceiling.
+  in-scope messages called out of scope a ceiling;
+- compound requests (when the baseline has ``compound``, from ``eval --compound FILE``): the share of
+  compound messages with both intents found and with the skills of both loaded have floors; the share
+  of single-intent messages called compound (the compound file's twins, the main data) and the mean
+  skills loaded per message have ceilings.
 
 The limits are plain numbers in the baseline file: edit them there to tighten or loosen a check.
 """
@@ -33,32 +37,49 @@ DEFAULT_POLICY = {
     "ece_margin": 0.02,
     "out_of_scope_tolerance": 0.02,
     "in_scope_lost_margin": 0.01,
+    "compound_tolerance": 0.03,
+    "single_compound_margin": 0.04,
+    "data_compound_margin": 0.01,
+    "skills_margin": 0.25,
 }
 
-#: baseline "scope" key -> (path in the report's "scope" section, ">=" floor or "<=" ceiling)
+#: baseline key -> (path in the report section, ">=" floor or "<=" ceiling, policy key of the margin)
 SCOPE_CHECKS = {
-    "in_scope_accuracy": (("in_scope", "accuracy"), ">="),
-    "in_scope_called_out_of_scope": (("in_scope", "called_out_of_scope"), "<="),
-    "out_of_scope_not_routed": (("out_of_scope", "not_routed"), ">="),
-    "oos_file_not_routed": (("oos_file", "not_routed"), ">="),
+    "in_scope_accuracy": (("in_scope", "accuracy"), ">=", "out_of_scope_tolerance"),
+    "in_scope_called_out_of_scope": (("in_scope", "called_out_of_scope"), "<=", "in_scope_lost_margin"),
+    "out_of_scope_not_routed": (("out_of_scope", "not_routed"), ">=", "out_of_scope_tolerance"),
+    "oos_file_not_routed": (("oos_file", "not_routed"), ">=", "out_of_scope_tolerance"),
+}
+COMPOUND_CHECKS = {
+    "both_found": (("compound", "both_found"), ">=", "compound_tolerance"),
+    "skills_of_both_loaded": (("compound", "skills_of_both_loaded"), ">=", "compound_tolerance"),
+    "single_called_compound": (("single", "called_compound"), "<=", "single_compound_margin"),
+    "data_called_compound": (("data_single", "called_compound"), "<=", "data_compound_margin"),
+    "skills_per_message": (("skills", "skills_per_message"), "<=", "skills_margin"),
+}
+#: report section (and baseline key) -> its checks
+SECTION_CHECKS = {"scope": SCOPE_CHECKS, "compound": COMPOUND_CHECKS}
+MISSING_HINT = {
+    "scope": "evaluate with the out-of-scope rows / --oos file",
+    "compound": "evaluate with --compound FILE",
 }
 
 
-def _scope_value(report: dict, path: tuple[str, str]) -> float | None:
-    section = (report.get("scope") or {}).get(path[0])
-    return section.get(path[1]) if isinstance(section, dict) else None
+def _section_value(report: dict, section: str, path: tuple[str, str]) -> float | None:
+    part = (report.get(section) or {}).get(path[0])
+    return part.get(path[1]) if isinstance(part, dict) else None
 
 
-def _scope_limits(report: dict, p: dict) -> dict | None:
-    """Floors and ceilings for the out-of-scope checks, from a report that has a scope section."""
-    if not report.get("scope"):
+def _section_limits(report: dict, section: str, p: dict) -> dict | None:
+    """Floors and ceilings of a section's checks, from a report that has the section (else None)."""
+    if not report.get(section):
         return None
     out = {}
-    for key, (path, op) in SCOPE_CHECKS.items():
-        v = _scope_value(report, path)
+    for key, (path, op, margin_key) in SECTION_CHECKS[section].items():
+        v = _section_value(report, section, path)
         if v is None:
             continue
-        margin = p["out_of_scope_tolerance"] if op == ">=" else p["in_scope_lost_margin"]
+        margin = p[margin_key]
         out[key] = {"baseline": v, "op": op, "limit": _r(max(0.0, v - margin) if op == ">=" else v + margin)}
     return out
 
@@ -120,7 +141,8 @@ def make_baseline(report: dict, **policy: float) -> dict:
         },
         "class_f1_floors": {l: _r(max(0.0, f - p["class_f1_margin"])) for l, f in class_f1.items()},
         "ece_ceiling": _r(cal["ece"] + p["ece_margin"]),
-        "scope": _scope_limits(report, p),
+        "scope": _section_limits(report, "scope", p),
+        "compound": _section_limits(report, "compound", p),
         "policy": p,
     }
 
@@ -237,16 +259,19 @@ def run_gate(report: dict, baseline: dict) -> list[Check]:
             tol["accepted_accuracy"],
             f"tol {tol['accepted_accuracy']:g}" + ("" if value is not None else "; nothing accepted"),
         )
-    for key, lim in (baseline.get("scope") or {}).items():
-        value = _scope_value(report, SCOPE_CHECKS[key][0]) if key in SCOPE_CHECKS else None
-        if lim["op"] == ">=":
-            ok = value is not None and value >= lim["limit"] - 1e-12
-        else:
-            ok = value is not None and value <= lim["limit"] + 1e-12
-        detail = "floor" if lim["op"] == ">=" else "ceiling"
-        if value is None:
-            detail = "missing from the report (evaluate with the out-of-scope rows / --oos file)"
-        checks.append(Check(f"scope.{key}", value, lim["op"], lim["limit"], lim["baseline"], ok, detail))
+    for section, spec in SECTION_CHECKS.items():
+        for key, lim in (baseline.get(section) or {}).items():
+            value = _section_value(report, section, spec[key][0]) if key in spec else None
+            if lim["op"] == ">=":
+                ok = value is not None and value >= lim["limit"] - 1e-12
+            else:
+                ok = value is not None and value <= lim["limit"] + 1e-12
+            detail = "floor" if lim["op"] == ">=" else "ceiling"
+            if value is None:
+                detail = f"missing from the report ({MISSING_HINT[section]})"
+            checks.append(
+                Check(f"{section}.{key}", value, lim["op"], lim["limit"], lim["baseline"], ok, detail)
+            )
     return checks
 
 

@@ -169,6 +169,7 @@ def render_markdown(report: dict, plots: bool = True) -> str:
             )
 
     lines += _scope_lines(report.get("scope"))
+    lines += _compound_lines(report.get("compound"))
 
     v = report.get("verifier")
     if v:
@@ -300,6 +301,41 @@ def _scope_lines(sc: dict | None) -> list[str]:
     return lines
 
 
+def _compound_lines(cp: dict | None) -> list[str]:
+    """Compound requests (eval/compound.py): the compound file's two-intent rows and single twins."""
+    if not cp:
+        return []
+    c, s, d, k = cp["compound"], cp["single"], cp["data_single"], cp["skills"]
+    head = f"threshold {cp['compound_threshold']:g}" if cp["compound_head"] else "none: every message single"
+    lines = ["## Compound requests", "", f"`{cp['source']}`: {cp['n']} messages; compound head {head}.", ""]
+    rows = [
+        [
+            f"compound (n={c['n']}): both intents found / in order",
+            f"{_pct(c['both_found'])} / {_pct(c['exact_order'])}",
+        ],
+        [
+            "compound: primary right / skills of both loaded",
+            f"{_pct(c['primary_correct'])} / {_pct(c['skills_of_both_loaded'])}",
+        ],
+        [
+            "compound: accepted / fallback / out of scope",
+            " / ".join(_pct(c[x]) for x in ("accepted", "fallback", "out_of_scope")),
+        ],
+        [
+            f"single twins (n={s['n']}): accuracy / called compound",
+            f"{_pct(s['accuracy'])} / {_pct(s['called_compound'])}",
+        ],
+        [f"main data single (n={d['n']}): called compound", _pct(d["called_compound"])],
+        ["per-intent macro-F1 (multi-label)", _f(cp["macro_f1"])],
+        [
+            "skills / budget per message (gold routing)",
+            f"{_f(k['skills_per_message'], 2)} / {_f(k['budget_per_message'], 0)} ({_f(k['gold_skills_per_message'], 2)} / {_f(k['gold_budget_per_message'], 0)})",
+        ],
+        [f"token savings vs every skill ({k['every_skill']['budget']} tokens)", _pct(k["token_savings"])],
+    ]
+    return lines + _table(["", "value"], rows)
+
+
 def summary_rows(report: dict) -> list[list[str]]:
     """(metric, value) rows of a report's headline numbers, for a terminal table."""
     c, cal, at = report["classification"], report["calibration"], report["thresholds"]["at_tau"]
@@ -322,6 +358,16 @@ def summary_rows(report: dict) -> list[list[str]]:
         for key in ("out_of_scope", "oos_file"):
             if sc.get(key):
                 rows.append([f"{key} not routed (n={sc[key]['n']})", _f(sc[key]["not_routed"])])
+    cp = report.get("compound")
+    if cp:
+        rows.append(
+            [f"compound: both intents found (n={cp['compound']['n']})", _f(cp["compound"]["both_found"])]
+        )
+        rows.append(["compound: skills of both loaded", _f(cp["compound"]["skills_of_both_loaded"])])
+        rows.append(
+            [f"single twins called compound (n={cp['single']['n']})", _f(cp["single"]["called_compound"])]
+        )
+        rows.append(["skills per message (compound file)", _f(cp["skills"]["skills_per_message"], 2)])
     if report.get("latency"):
         s, b = report["latency"]["single"], report["latency"]["batch"]
         rows.append(

@@ -151,6 +151,9 @@ def evaluate(
         ),
     ] = None,
     oos: str | None = Opt(None, help="Unlabeled out-of-scope file for out-of-scope recall."),
+    compound: str | None = Opt(
+        None, help="Compound-request file (data/compound/): two-intent rows and twins, scored apart."
+    ),
     out: Path = Opt(Path("reports/eval"), help="Directory for eval.json, report.md and the PNG plots."),
     threshold: Annotated[float | None, Opt(help="tau (default: the router's, 0.75).")] = None,
     variant: str | None = Opt(None, help="ONNX graph: int8 (default) or fp32."),
@@ -168,7 +171,7 @@ def evaluate(
     verifier_max: int | None = Opt(None, help="Verify at most this many below-tau messages."),
     max_latency_samples: int = Opt(300, help="Messages timed one by one (0: skip latency)."),
 ) -> dict:
-    """Evaluate a model: metrics, calibration, threshold sweep, out-of-scope recall, latency; write the report."""
+    """Evaluate a model: metrics, calibration, threshold sweep, out-of-scope recall, compound requests, latency; write the report."""
     options = {
         k: v for k, v in locals().items() if not k.startswith("verifier_") and k not in ("model", "data")
     }

@@ -1,0 +1,236 @@
+"""Compound-request metrics: messages that ask for two things (data/compound/), by the router's rules.
+
+Per message, two predictions:
+
+- *classifier level* (before the threshold): the arg-max label, then the second intent by
+  ``router.compound.secondary_intent`` over the one-vs-rest intent scores;
+- *router level* (no verifier): out of scope (eval.scope.outcomes) loads nothing; an accepted message
+  loads the skills of its intents (the primary and, by the same rule, the second); a message below tau
+  loads the skills of the config's fallback intents. Skills and budget are ``router.compound.merge_skills``.
+
+A predictor without a compound head (no ``predict_compound``) has no intent scores: every message is
+single-intent, and the section still reports, so that a gate shows the regression.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from eval.metrics import rounded as _r
+from eval.scope import outcomes
+from router.compound import merge_skills, ordered_intents, secondary_intent
+from router.config import RouterConfig
+from router.intents import INTENTS, OUT_OF_SCOPE
+
+
+@dataclass
+class Routed:
+    """Per message: classifier-level intents, what the router does, and what it loads."""
+
+    predicted: list[list[str]]  # arg-max label, then the second intent if any (before the threshold)
+    status: list[str]  # "accepted", "fallback" (below tau, no verifier) or "out_of_scope"
+    skills: list[list[str]]  # required + optional skills loaded (fallback included; [] out of scope)
+    budget: np.ndarray  # context budget loaded (0 out of scope)
+
+
+def has_compound_head(predictor) -> bool:
+    """Whether ``predictor`` scores intents one-vs-rest (``predict_compound``, ``compound_intents``)."""
+    return callable(getattr(predictor, "predict_compound", None)) and bool(
+        getattr(predictor, "compound_intents", None)
+    )
+
+
+def head_arguments(predictor, intent_scores: np.ndarray | None) -> dict:
+    """``intent_scores``, ``compound_intents`` and ``compound_threshold`` for the functions below (all
+    None without a compound head)."""
+    if intent_scores is None:
+        return {"intent_scores": None, "compound_intents": None, "compound_threshold": None}
+    return {
+        "intent_scores": intent_scores,
+        "compound_intents": list(predictor.compound_intents),
+        "compound_threshold": float(predictor.compound_threshold),
+    }
+
+
+def predict_compound_in_batches(
+    predictor, texts: Sequence[str], batch_size: int
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """(probabilities, distances or None, intent scores) of a predictor with a compound head."""
+    k, m = len(predictor.labels), len(predictor.compound_intents)
+    probs, dists, scores = [np.zeros((0, k))], [], [np.zeros((0, m))]
+    for i in range(0, len(texts), batch_size):
+        p, d, s = predictor.predict_compound(list(texts[i : i + batch_size]))
+        probs.append(np.asarray(p, dtype=np.float64))
+        scores.append(np.asarray(s, dtype=np.float64))
+        dists.append(d)
+    has_dist = dists and all(d is not None for d in dists)
+    dist = np.concatenate([np.asarray(d, np.float64) for d in dists]) if has_dist else None
+    return np.concatenate(probs), dist, np.concatenate(scores)
+
+
+def predicted_intents(
+    probs: np.ndarray,
+    labels: Sequence[str],
+    intent_scores: np.ndarray | None = None,
+    compound_intents: Sequence[str] | None = None,
+    compound_threshold: float | None = None,
+) -> list[list[str]]:
+    """Classifier level: [arg-max label] or [primary, second intent] per message."""
+    pred = np.asarray(probs).argmax(axis=1) if len(probs) else np.zeros(0, int)
+    out = []
+    for i, j in enumerate(pred):
+        scores = None
+        if intent_scores is not None and compound_intents:
+            scores = dict(zip(compound_intents, map(float, intent_scores[i]), strict=True))
+        primary = labels[j]
+        out.append(ordered_intents(primary, secondary_intent(primary, scores, compound_threshold)))
+    return out
+
+
+def route_rows(
+    probs: np.ndarray,
+    labels: Sequence[str],
+    tau: float,
+    *,
+    distance: np.ndarray | None = None,
+    distance_threshold: float | None = None,
+    intent_scores: np.ndarray | None = None,
+    compound_intents: Sequence[str] | None = None,
+    compound_threshold: float | None = None,
+    config: RouterConfig | None = None,
+) -> Routed:
+    """What the router (no verifier) does with each message, and the skills it loads."""
+    cfg = config or RouterConfig.load()
+    predicted = predicted_intents(probs, labels, intent_scores, compound_intents, compound_threshold)
+    o = outcomes(probs, labels, tau, distance, distance_threshold)
+    fallback = merge_skills([cfg.intents[i] for i in cfg.fallback_intents])
+    status, skills, budget = [], [], []
+    for i, intents in enumerate(predicted):
+        if o["out_of_scope"][i]:
+            status.append("out_of_scope")
+            req, opt, b = [], [], 0
+        elif o["accepted"][i]:
+            status.append("accepted")
+            req, opt, b = merge_skills([cfg.intents[x] for x in intents if x in cfg.intents])
+        else:
+            status.append("fallback")
+            req, opt, b = fallback
+        skills.append(req + opt)
+        budget.append(b)
+    return Routed(predicted, status, skills, np.asarray(budget, dtype=np.float64))
+
+
+def _share(mask) -> float | None:
+    mask = np.asarray(mask, dtype=bool)
+    return _r(float(mask.mean())) if len(mask) else None
+
+
+def single_summary(predicted: Sequence[Sequence[str]], gold: Sequence[Sequence[str]]) -> dict:
+    """In-scope single-intent rows: ``accuracy`` (primary right), ``exact`` (right and single) and
+    ``called_compound`` (a second intent predicted)."""
+    rows = [i for i, g in enumerate(gold) if len(g) == 1 and g[0] != OUT_OF_SCOPE]
+    return {
+        "n": len(rows),
+        "accuracy": _share([predicted[i][:1] == list(gold[i]) for i in rows]),
+        "exact": _share([list(predicted[i]) == list(gold[i]) for i in rows]),
+        "called_compound": _share([len(predicted[i]) > 1 for i in rows]),
+    }
+
+
+def compound_summary(r: Routed, gold: Sequence[Sequence[str]], config: RouterConfig) -> dict:
+    """Compound rows: ``both_found`` (predicted set == gold set), ``exact_order``, ``primary_correct``
+    (classifier level); ``skills_of_both_loaded`` (router level: the required skills of both gold
+    intents among those loaded, fallback included) and the share accepted / fallback / out of scope."""
+    rows = [i for i, g in enumerate(gold) if len(g) > 1]
+    p, st = r.predicted, r.status
+
+    def both_loaded(i: int) -> bool:
+        needed = {s for x in gold[i] for s in config.intents[x].required}
+        return needed <= set(r.skills[i])
+
+    return {
+        "n": len(rows),
+        "both_found": _share([set(p[i]) == set(gold[i]) for i in rows]),
+        "exact_order": _share([list(p[i]) == list(gold[i]) for i in rows]),
+        "primary_correct": _share([p[i][0] == gold[i][0] for i in rows]),
+        "skills_of_both_loaded": _share([both_loaded(i) for i in rows]),
+        "accepted": _share([st[i] == "accepted" for i in rows]),
+        "fallback": _share([st[i] == "fallback" for i in rows]),
+        "out_of_scope": _share([st[i] == "out_of_scope" for i in rows]),
+    }
+
+
+def per_intent_metrics(predicted: Sequence[Sequence[str]], gold: Sequence[Sequence[str]]) -> dict:
+    """Multi-label precision / recall / F1 / support per intent (predicted set vs gold set, classifier
+    level) over every message, and their macro average over the five intents."""
+    from sklearn.metrics import precision_recall_fscore_support
+
+    def indicator(sets):
+        return np.array([[x in s for x in INTENTS] for s in sets], dtype=int).reshape(-1, len(INTENTS))
+
+    y_true, y_pred = indicator(gold), indicator(predicted)
+    p, rec, f, s = precision_recall_fscore_support(y_true, y_pred, average=None, zero_division=0)
+    per = {
+        x: {"precision": _r(p[j]), "recall": _r(rec[j]), "f1": _r(f[j]), "support": int(s[j])}
+        for j, x in enumerate(INTENTS)
+    }
+    return {"per_intent": per, "macro_f1": _r(float(np.mean(f)))}
+
+
+def skills_summary(r: Routed, gold: Sequence[Sequence[str]], config: RouterConfig) -> dict:
+    """Skills and context budget loaded per message (router level, mean over every row), beside routing
+    to the gold intents and loading every skill: ``token_savings`` is 1 - mean budget / every-skill budget."""
+    every_req, every_opt, every_budget = merge_skills([config.intents[x] for x in INTENTS])
+    ideal = [merge_skills([config.intents[x] for x in g if x in config.intents]) for g in gold]
+    mean_budget = float(r.budget.mean()) if len(r.budget) else None
+    return {
+        "skills_per_message": _r(float(np.mean([len(s) for s in r.skills]))) if r.skills else None,
+        "budget_per_message": _r(mean_budget),
+        "gold_skills_per_message": _r(float(np.mean([len(a) + len(b) for a, b, _ in ideal]))),
+        "gold_budget_per_message": _r(float(np.mean([b for _, _, b in ideal]))),
+        "every_skill": {"skills": len(every_req) + len(every_opt), "budget": every_budget},
+        "token_savings": _r(1 - mean_budget / every_budget)
+        if mean_budget is not None and every_budget
+        else None,
+    }
+
+
+def compound_metrics(
+    probs: np.ndarray,
+    labels: Sequence[str],
+    gold: Sequence[Sequence[str]],
+    tau: float,
+    *,
+    distance: np.ndarray | None = None,
+    distance_threshold: float | None = None,
+    intent_scores: np.ndarray | None = None,
+    compound_intents: Sequence[str] | None = None,
+    compound_threshold: float | None = None,
+    config: RouterConfig | None = None,
+) -> dict:
+    """The report's compound metrics over messages with gold label sets (primary first)."""
+    cfg = config or RouterConfig.load()
+    r = route_rows(
+        probs,
+        labels,
+        tau,
+        distance=distance,
+        distance_threshold=distance_threshold,
+        intent_scores=intent_scores,
+        compound_intents=compound_intents,
+        compound_threshold=compound_threshold,
+        config=cfg,
+    )
+    head = intent_scores is not None and bool(compound_intents)
+    return {
+        "compound_head": head,
+        "compound_threshold": _r(compound_threshold, 4) if head and compound_threshold is not None else None,
+        "tau": _r(tau, 4),
+        "compound": compound_summary(r, gold, cfg),
+        "single": single_summary(r.predicted, gold),
+        **per_intent_metrics(r.predicted, gold),
+        "skills": skills_summary(r, gold, cfg),
+    }
