@@ -5,7 +5,9 @@ SetFit model (``training.model.IntentModel``) satisfies the same protocol; eval 
 training, so the torch backend is opened on the training side (``training.model.load_predictor``).
 Optional attributes read by reports: ``backend``, ``variant``, ``model_id``, ``manifest``, ``temperature``;
 a predictor with an in-scope distance also has ``distance_threshold`` and
-``predict_with_distance(texts) -> (probabilities, distances)``.
+``predict_with_distance(texts) -> (probabilities, distances)``; one with a compound head has
+``compound_intents``, ``compound_threshold`` and ``predict_compound(texts) -> (probabilities, distances,
+intent scores)``.
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ class OnnxPredictor:
         self.manifest = self.classifier.manifest
         self.temperature = self.manifest.calibration.temperature if self.manifest.calibration else None
         self.distance_threshold = self.classifier.distance_threshold
+        self.compound_intents = list(self.classifier.compound_intents)
+        self.compound_threshold = self.classifier.compound_threshold
 
     def predict_proba(self, texts: Sequence[str]) -> np.ndarray:
         return np.asarray(self.classifier.predict_proba(list(texts)), dtype=np.float64)
@@ -55,6 +59,11 @@ class OnnxPredictor:
     def predict_with_distance(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray | None]:
         probs, dist = self.classifier.predict(list(texts))
         return np.asarray(probs, dtype=np.float64), (None if dist is None else np.asarray(dist, np.float64))
+
+    def predict_compound(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        probs, dist, scores = self.classifier.predict_compound(list(texts))
+        d = None if dist is None else np.asarray(dist, np.float64)
+        return np.asarray(probs, dtype=np.float64), d, np.asarray(scores, dtype=np.float64)
 
 
 def load_onnx_predictor(model: str | Path, variant: str | None = None) -> OnnxPredictor:

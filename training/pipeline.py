@@ -56,7 +56,10 @@ def build(
     if not (cfg.test_file and report_dir is not None and _has_eval_extras()):
         return manifest, None
     report("== evaluate")
-    result = evaluate_model(out, cfg.test_file, oos=oos, out=report_dir)
+    compound = (
+        cfg.compound_test_file if cfg.compound_test_file and Path(cfg.compound_test_file).is_file() else None
+    )
+    result = evaluate_model(out, cfg.test_file, oos=oos, out=report_dir, compound=compound)
     return manifest, result
 
 
