@@ -128,3 +128,19 @@ def test_config_check_prints_effective_permissions_and_refuses_duplicates(tmp_pa
     assert bad.exit_code == 1
     assert "dup.yaml:2: duplicate key 'threshold'" in bad.output.replace("\n", "")
     assert "Traceback" not in bad.output
+
+
+def test_data_check_covers_the_compound_corpus(tmp_path):
+    real = runner.invoke(app, ["data", "check", str(FIXTURES.parent.parent / "data"), "--strict"])
+    assert real.exit_code == 0, real.output
+    assert "Compound requests" in real.output and "compound/test" in real.output
+    compound = tmp_path / "data" / "compound"
+    compound.mkdir(parents=True)
+    (tmp_path / "data" / "train.jsonl").write_text('{"text": "pull up the q3 deck", "label": "SEARCH"}\n')
+    row = {"text": "Pull up the Q3 deck", "labels": ["ACTION", "SEARCH"], "pair_kind": "SEARCH+ACTION"}
+    (compound / "dev.jsonl").write_text(json.dumps(row) + "\n")
+    leaky = runner.invoke(app, ["data", "check", str(tmp_path / "data"), "--json"])
+    assert leaky.exit_code == 1
+    report = json.loads(leaky.output)
+    assert [e["message"][:5] for e in report["errors"]] == ["leak:"]
+    assert report["compound"]["compound/dev"]["SEARCH+ACTION"] == 1

@@ -8,6 +8,7 @@ loader accepts fails closed for unknown roles; no loader or parser raises anythi
 from __future__ import annotations
 
 import atexit
+import json
 from collections import Counter
 
 import pytest
@@ -152,9 +153,20 @@ def test_config_loader_raises_only_its_own_error(text):
 
 
 @FAST
-@given(text=st.one_of(st.text(ANY_CHAR, max_size=200), st.just('{"intent": "SEARCH", "reason_code": 1}')))
+@given(
+    text=st.one_of(
+        st.text(ANY_CHAR, max_size=200),
+        st.just('{"intent": "SEARCH", "reason_code": 1}'),
+        st.builds(
+            '{{"intent": "ACTION", "reason_code": "other", "secondary_intent": {}}}'.format,
+            st.text(ANY_CHAR, max_size=20).map(json.dumps),
+        ),
+    )
+)
 def test_verifier_output_parser_never_raises(text):
     FUZZED["verifier outputs"] += 1
-    status, intent, _, _ = validate_output(text)
+    v = validate_output(text)
+    status, intent = v.status, v.intent
     assert intent is None or intent in INTENTS
+    assert v.secondary is None or (v.secondary in INTENTS and v.secondary not in (intent, "OUT_OF_SCOPE"))
     assert status in ("accepted", "invalid_json", "invalid_intent")

@@ -2,6 +2,8 @@
 
 Rows are ``{"text": str, "label": str}``; files whose name starts with ``oos`` hold out-of-scope
 messages without a label. Extra keys (for example ``pair``, the id of a boundary-rule pair) are kept.
+A directory's ``compound/{train,dev,test}.jsonl`` (two-intent rows and their twins) are checked too, by
+training.compound_corpus's rules; each is a split of its own ("compound/train"...) for leakage.
 """
 
 from __future__ import annotations
@@ -16,9 +18,19 @@ from pathlib import Path
 
 from eval.data import iter_jsonl
 from router.intents import LABELS
+from training.compound_corpus import (
+    PAIR_KINDS,
+    CompoundRow,
+    check_pairs,
+    compound_counts,
+    compound_files,
+    is_compound_file,
+    parse_row,
+)
 
 SPLIT_ORDER = ("train", "dev", "test", "oos")
-# Overlap between these splits leaks evaluation data into training (or one eval set into another).
+# Overlap between these splits leaks evaluation data into training (or one eval set into another);
+# a compound split overlaps with no other split at all (see leaks()).
 LEAK_PAIRS = {
     ("train", "dev"),
     ("train", "test"),
@@ -39,6 +51,7 @@ class Example:
     label: str | None
     source: str = ""
     line: int = 0
+    secondary: str | None = None  # the second intent of a compound row
 
 
 def is_unlabeled_file(path: Path) -> bool:
@@ -46,12 +59,23 @@ def is_unlabeled_file(path: Path) -> bool:
 
 
 def split_of(path: Path) -> str:
-    """The split a file belongs to, from its name: train.jsonl -> train, oos.jsonl -> oos."""
+    """The split a file belongs to, from its name: train.jsonl -> train, oos.jsonl -> oos,
+    compound/dev.jsonl -> compound/dev."""
     stem = Path(path).name.lower().split(".")[0]
+    prefix = "compound/" if is_compound_file(path) else ""
     for s in SPLIT_ORDER:
         if stem == s or stem.startswith(s + "_") or stem.startswith(s + "-"):
-            return s
-    return stem
+            return prefix + s
+    return prefix + stem
+
+
+def leaks(split_a: str, split_b: str) -> bool:
+    """Whether a text shared by these two splits leaks: the pairs of LEAK_PAIRS, and any other split
+    with a compound split (its texts are in no other file)."""
+    if split_a == split_b:
+        return False
+    pair = (split_a, split_b)
+    return pair in LEAK_PAIRS or pair[::-1] in LEAK_PAIRS or "compound/" in split_a + split_b
 
 
 def normalize_text(text: str) -> str:
@@ -88,6 +112,7 @@ class CheckReport:
     files: list[str] = field(default_factory=list)
     examples: dict[str, list[Example]] = field(default_factory=dict)
     issues: list[Issue] = field(default_factory=list)
+    compound: dict[str, list[CompoundRow]] = field(default_factory=dict)  # file -> rows, compound files
 
     @property
     def errors(self) -> list[Issue]:
@@ -126,6 +151,13 @@ class CheckReport:
             }
         return out
 
+    def compound_counts(self) -> dict[str, dict[str, int]]:
+        """compound split -> rows, compound rows, twins and compound rows per pair kind."""
+        by_split: dict[str, list[CompoundRow]] = defaultdict(list)
+        for src, rows in self.compound.items():
+            by_split[split_of(Path(src))].extend(rows)
+        return compound_counts(by_split)
+
     def tables(self) -> list[tuple[str, list[str], list[list]]]:
         """(title, header, rows) of the class balance and the length statistics, for printing."""
         balance = self.class_balance()
@@ -142,6 +174,12 @@ class CheckReport:
         cols += ["share_le_4_words", "share_ge_25_words"]
         header = ["split", *[c.replace("_words", "").replace("share_", "") for c in cols]]
         out.append(("Length (words)", header, [[s, *[v[c] for c in cols]] for s, v in stats.items()]))
+        if self.compound:
+            counts = self.compound_counts()
+            cols = ["rows", "compound", "twins", *PAIR_KINDS]
+            short = [*cols[:3], *("+".join(i[0] for i in k.split("+")) for k in PAIR_KINDS)]  # S+A...
+            rows = [[s, *[c[k] for k in cols]] for s, c in counts.items()]
+            out.append(("Compound requests (pair kinds: S+A = SEARCH+ACTION...)", ["split", *short], rows))
         return out
 
     def to_dict(self) -> dict:
@@ -151,6 +189,7 @@ class CheckReport:
             "warnings": [vars(i) for i in self.warnings],
             "class_balance": self.class_balance(),
             "length_stats": self.length_stats(),
+            "compound": self.compound_counts(),
         }
 
 
@@ -161,6 +200,8 @@ def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
         if p.is_dir():
             found = sorted(p.glob("*.jsonl"), key=lambda q: (_split_rank(q), q.name))
             out.extend(found)
+            if not is_compound_file(p / "x"):
+                out.extend(compound_files(p))
         else:
             out.append(p)
     return out
@@ -174,7 +215,10 @@ def _split_rank(p: Path) -> int:
 def _parse_file(path: Path, labels: Sequence[str], report: CheckReport) -> list[Example]:
     src = str(path)
     unlabeled = is_unlabeled_file(path)
+    compound = is_compound_file(path)
     rows: list[Example] = []
+    if compound:
+        report.compound[src] = []
 
     def err(line: int, msg: str) -> None:
         report.issues.append(Issue("error", src, line, msg))
@@ -211,6 +255,15 @@ def _parse_file(path: Path, labels: Sequence[str], report: CheckReport) -> list[
             if not text.strip():
                 err(n, "empty text")
                 continue
+            if compound:
+                row, problem = parse_row(obj, n)
+                if row is None:
+                    err(n, problem)
+                    continue
+                report.compound[src].append(row)
+                second = row.labels[1] if len(row.labels) > 1 else None
+                rows.append(Example(text=text, label=row.labels[0], source=src, line=n, secondary=second))
+                continue
             if "label" not in obj or label is None:
                 err(n, "missing 'label'")
                 continue
@@ -235,6 +288,7 @@ def check_files(
     for path in files:
         report.files.append(str(path))
         report.examples[str(path)] = _parse_file(path, labels, report)
+    report.issues += [Issue("error", src, line, msg) for src, line, msg in check_pairs(report.compound)]
     if duplicates:
         _find_duplicates(report)
     return report
@@ -258,7 +312,7 @@ def _find_duplicates(report: CheckReport) -> None:
             exact = first.text == other.text
             kind = "exact duplicate" if exact else "near-duplicate"
             where = f"{first.source}:{first.line}"
-            if s1 != s2 and ((s1, s2) in LEAK_PAIRS or (s2, s1) in LEAK_PAIRS):
+            if leaks(s1, s2):
                 report.issues.append(
                     Issue(
                         "error",
@@ -267,16 +321,20 @@ def _find_duplicates(report: CheckReport) -> None:
                         f"leak: {kind} of {where} ({s1} and {s2} overlap): {other.text!r}",
                     )
                 )
-            elif first.label != other.label:
+            elif (first.label, first.secondary) != (other.label, other.secondary):
                 report.issues.append(
                     Issue(
                         "error",
                         other.source,
                         other.line,
-                        f"conflicting labels: {kind} of {where} is {first.label}, here {other.label}",
+                        f"conflicting labels: {kind} of {where} is {_labels(first)}, here {_labels(other)}",
                     )
                 )
             else:
                 report.issues.append(
                     Issue("warning", other.source, other.line, f"{kind} of {where}: {other.text!r}")
                 )
+
+
+def _labels(ex: Example) -> str:
+    return f"{ex.label}+{ex.secondary}" if ex.secondary else str(ex.label)

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from router.intents import INTENTS
+
 if TYPE_CHECKING:
     from router.classifier import Classification
     from router.decision import Decision
@@ -27,10 +29,19 @@ CIRCUIT_OPEN = "circuit_open"  # VerifierUnavailable: not called at all
 
 @dataclass
 class VerifierResult:
+    """The verifier's answer. ``secondary`` is the second intent of a compound request (primary =
+    ``intent``, the end goal): one of the five intents, never ``intent``; None when ``intent`` is
+    OUT_OF_SCOPE or not an intent. Anything else given is turned into None."""
+
     intent: str
     reason_code: str = "other"
     attempts: list[dict[str, Any]] = field(default_factory=list)
     breaker: str | None = None
+    secondary: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.intent not in INTENTS or self.secondary not in INTENTS or self.secondary == self.intent:
+            self.secondary = None
 
 
 class VerifierError(Exception):

@@ -36,7 +36,7 @@ from router.verifier.base import (
     VerifierUnavailable,
 )
 from router.verifier.breaker import CircuitBreaker
-from router.verifier.parsing import RAW_LIMIT, rejects_response_format, sanitize, validate_output
+from router.verifier.parsing import RAW_LIMIT, Verdict, rejects_response_format, sanitize, validate_output
 from router.verifier.prompt import (
     OUTPUT_SCHEMA,
     build_system_prompt,
@@ -184,7 +184,7 @@ class LLMVerifier:
         was_probe = token == CircuitBreaker.HALF_OPEN
         attempts: list[dict[str, Any]] = []
         try:
-            intent, code = self._run(text, classification, previous, start + self.settings.deadline, attempts)
+            verdict = self._run(text, classification, previous, start + self.settings.deadline, attempts)
         except _Failure as f:
             self._record(f.endpoint_failed, was_probe)
             raise VerifierError(
@@ -194,7 +194,13 @@ class LLMVerifier:
             self._record(True, was_probe)
             raise
         self._record(False, was_probe)
-        return VerifierResult(intent=intent, reason_code=code, attempts=attempts, breaker=self.breaker.state)
+        return VerifierResult(
+            intent=verdict.intent,
+            reason_code=verdict.reason_code,
+            attempts=attempts,
+            breaker=self.breaker.state,
+            secondary=verdict.secondary,
+        )
 
     # ------------------------------------------------------------------------------- internals
     def _record(self, failed: bool, was_probe: bool) -> None:
@@ -203,7 +209,7 @@ class LLMVerifier:
         else:
             self.breaker.record_success()
 
-    def _run(self, text, classification, previous, deadline_at, attempts) -> tuple[str, str]:
+    def _run(self, text, classification, previous, deadline_at, attempts) -> Verdict:
         s = self.settings
         user = build_user_prompt(text, classification, previous, s.max_message_chars)
         strict_error: str | None = None
@@ -314,21 +320,23 @@ class LLMVerifier:
             out = out if isinstance(out, str) else ("" if out is None else json.dumps(out))
             att["finish_reason"] = finish
             if not out.strip():
-                st, intent, code, err = EMPTY_RESPONSE, None, None, "empty output"
+                verdict = Verdict(EMPTY_RESPONSE, None, None, "empty output")
             elif finish == "length":
-                st, intent, code, err = (
-                    INVALID_JSON,
-                    None,
-                    None,
-                    "output cut off at max_tokens (finish_reason length)",
+                verdict = Verdict(
+                    INVALID_JSON, None, None, "output cut off at max_tokens (finish_reason length)"
                 )
             else:
-                st, intent, code, err = validate_output(out)
-            self._finish(att, t0, st, raw=out, error=err)
-            if st == ACCEPTED:
-                return intent, code
+                verdict = validate_output(out)
+            err = verdict.error
+            self._finish(att, t0, verdict.status, raw=out, error=err)
+            if verdict.dropped:
+                att["secondary_dropped"] = self._safe(verdict.dropped, 300)
+            if verdict.status == ACCEPTED:
+                return verdict
             if strict_error is not None:
-                raise _Failure(st, f"verifier output invalid twice ({err})", endpoint_failed=False)
+                raise _Failure(
+                    verdict.status, f"verifier output invalid twice ({err})", endpoint_failed=False
+                )
             strict_error = err
             if finish == "length":
                 max_tokens = min(max(max_tokens * 2, max_tokens + 32), MAX_RETRY_TOKENS)

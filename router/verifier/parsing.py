@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
-from router.intents import LABELS
+from router.intents import INTENTS, LABELS, OUT_OF_SCOPE
 from router.verifier.base import (
     ACCEPTED,
     INVALID_INTENT,
@@ -40,27 +40,62 @@ def extract_json_object(text: str) -> dict | None:
     return first
 
 
-def validate_output(content: str) -> tuple[str, str | None, str | None, str | None]:
-    """(status, intent, reason_code, error) for one model output."""
+class Verdict(NamedTuple):
+    """One model output, validated. ``secondary`` is a second intent (one of the five, never ``intent``);
+    ``dropped`` says why a ``secondary_intent`` the model gave was not kept (for the attempt's trace)."""
+
+    status: str
+    intent: str | None
+    reason_code: str | None
+    error: str | None
+    secondary: str | None = None
+    dropped: str | None = None
+
+
+_NO_SECONDARY = ("", "NONE", "NULL")
+
+
+def parse_secondary(value: Any, intent: str) -> tuple[str | None, str | None]:
+    """(secondary, why dropped) for a ``secondary_intent`` value next to the valid ``intent``: missing,
+    null, "", "none" or ``intent`` itself mean no second intent; anything else outside the five intents,
+    or any second intent of an OUT_OF_SCOPE answer, is dropped (never a failure)."""
+    if value is None:
+        return None, None
+    norm = value.strip().upper() if isinstance(value, str) else None
+    if norm in _NO_SECONDARY or norm == intent:
+        return None, None
+    shown = str(value)[:40]
+    if norm not in INTENTS:
+        return None, f"secondary_intent {shown!r} dropped: not one of {', '.join(INTENTS)}"
+    if intent == OUT_OF_SCOPE:
+        return None, f"secondary_intent {shown!r} dropped: the intent is {OUT_OF_SCOPE}"
+    return norm, None
+
+
+def validate_output(content: str) -> Verdict:
+    """Validate one model output: intent and reason_code must be valid; secondary_intent is optional."""
     obj = extract_json_object(content)
     if obj is None:
-        return INVALID_JSON, None, None, "no JSON object in the output"
+        return Verdict(INVALID_JSON, None, None, "no JSON object in the output")
     if "intent" not in obj:
-        return INVALID_JSON, None, None, "the JSON object has no 'intent'"
+        return Verdict(INVALID_JSON, None, None, "the JSON object has no 'intent'")
     intent = obj["intent"]
     norm = intent.strip().upper() if isinstance(intent, str) else None
     if norm not in LABELS:
-        return INVALID_INTENT, None, None, f"intent {str(intent)[:40]!r} is not one of {', '.join(LABELS)}"
+        return Verdict(
+            INVALID_INTENT, None, None, f"intent {str(intent)[:40]!r} is not one of {', '.join(LABELS)}"
+        )
     code = obj.get("reason_code")
     code_norm = code.strip().lower().replace("-", "_").replace(" ", "_") if isinstance(code, str) else None
     if code_norm not in VERIFIER_REASON_CODES:
-        return (
+        return Verdict(
             INVALID_JSON,
             norm,
             None,
-            (f"reason_code {str(code)[:40]!r} is not one of {', '.join(VERIFIER_REASON_CODES)}"),
+            f"reason_code {str(code)[:40]!r} is not one of {', '.join(VERIFIER_REASON_CODES)}",
         )
-    return ACCEPTED, norm, code_norm, None
+    secondary, dropped = parse_secondary(obj.get("secondary_intent"), norm)
+    return Verdict(ACCEPTED, norm, code_norm, None, secondary, dropped)
 
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
