@@ -5,8 +5,9 @@ Per message, two predictions:
 - *classifier level* (before the threshold): the arg-max label, then the second intent by
   ``router.compound.secondary_intent`` over the one-vs-rest intent scores;
 - *router level* (no verifier): out of scope (eval.scope.outcomes) loads nothing; an accepted message
-  loads the skills of its intents (the primary and, by the same rule, the second); a message below tau
-  loads the skills of the config's fallback intents. Skills and budget are ``router.compound.merge_skills``.
+  (top-1 confidence, or a compound message's two intents together, >= tau) loads the skills of its
+  intents (the primary and, by the same rule, the second); a message below tau loads the skills of the
+  config's fallback intents. Skills and budget are ``router.compound.merge_skills``.
 
 A predictor without a compound head (no ``predict_compound``) has no intent scores: every message is
 single-intent, and the section still reports, so that a gate shows the regression.
@@ -105,7 +106,11 @@ def route_rows(
     """What the router (no verifier) does with each message, and the skills it loads."""
     cfg = config or RouterConfig.load()
     predicted = predicted_intents(probs, labels, intent_scores, compound_intents, compound_threshold)
-    o = outcomes(probs, labels, tau, distance, distance_threshold)
+    index = {l: j for j, l in enumerate(labels)}
+    pair = np.array([sum(float(probs[i][index[x]]) for x in p) for i, p in enumerate(predicted)])
+    o = outcomes(
+        probs, labels, tau, distance, distance_threshold, pair_confidence=pair if len(pair) else None
+    )
     fallback = merge_skills([cfg.intents[i] for i in cfg.fallback_intents])
     status, skills, budget = [], [], []
     for i, intents in enumerate(predicted):

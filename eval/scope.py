@@ -24,9 +24,11 @@ def outcomes(
     tau: float,
     distance: np.ndarray | None = None,
     distance_threshold: float | None = None,
+    pair_confidence: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """Per message: ``pred`` (arg-max index), ``by_classifier`` and ``by_distance`` (the out-of-scope
-    signals), ``out_of_scope`` (either), ``accepted`` (routed to its intent) and ``below``."""
+    signals), ``out_of_scope`` (either), ``accepted`` (routed to its intent) and ``below``.
+    ``pair_confidence`` (a compound message's two intents together) also accepts, as the router does."""
     probs = np.asarray(probs, dtype=np.float64)
     n = len(probs)
     pred, conf = (probs.argmax(axis=1), probs.max(axis=1)) if n else (np.zeros(0, int), np.zeros(0))
@@ -38,6 +40,8 @@ def outcomes(
         by_distance = np.zeros(n, bool)
     out_of_scope = by_classifier | by_distance
     accepted = ~out_of_scope & (conf >= tau)
+    if pair_confidence is not None:
+        accepted |= ~out_of_scope & (np.asarray(pair_confidence, dtype=np.float64) >= tau)
     if oos_col is not None:
         accepted &= pred != oos_col
     return {

@@ -269,3 +269,15 @@ def test_cli_eval_compound_with_an_old_model(compound_file, tmp_path, monkeypatc
     report = json.loads((out / "eval.json").read_text())
     assert report["compound"]["compound_head"] is False and report["compound"]["compound"]["both_found"] == 0
     assert "Compound requests" in (out / "report.md").read_text()
+
+
+def test_two_intents_sharing_the_confidence_are_accepted_together():
+    """As the router's confident_compound: top-1 below tau, but the two intents the message asks for
+    together at or above it; without the second intent the message falls back."""
+    probs = np.array([_probs(ACTION=0.5, SEARCH=0.4)])
+    head = dict(compound_intents=HEAD, compound_threshold=CT)
+    r = route_rows(probs, LABELS, TAU, intent_scores=np.array([_scores(ACTION=0.9, SEARCH=0.9)]), **head)
+    assert r.predicted == [["ACTION", "SEARCH"]] and r.status == ["accepted"]
+    assert set(r.skills[0]) == {"action", "retrieval", "reflection"}
+    r = route_rows(probs, LABELS, TAU, intent_scores=np.array([_scores(ACTION=0.9, SEARCH=0.2)]), **head)
+    assert r.predicted == [["ACTION"]] and r.status == ["fallback"]
