@@ -2,15 +2,15 @@
 
 Per message, two predictions:
 
-- *classifier level* (before the threshold): the arg-max label, then the second intent by
-  ``router.compound.secondary_intent`` over the one-vs-rest intent scores;
+- *classifier level* (before the threshold): the intents ``router.compound.resolve_intents`` gives
+  (the predictor's ``predict_compound``), or the arg-max label;
 - *router level* (no verifier): out of scope (eval.scope.outcomes) loads nothing; an accepted message
   (top-1 confidence, or a compound message's two intents together, >= tau) loads the skills of its
   intents (the primary and, by the same rule, the second); a message below tau loads the skills of the
   config's fallback intents. Skills and budget are ``router.compound.merge_skills``.
 
-A predictor without a compound head (no ``predict_compound``) has no intent scores: every message is
-single-intent, and the section still reports, so that a gate shows the regression.
+A predictor without a compound head (no ``predict_compound`` or no ``compound_spec``) calls every
+message single-intent, and the section still reports, so that a gate shows the regression.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import numpy as np
 
 from eval.metrics import rounded as _r
 from eval.scope import outcomes
-from router.compound import merge_skills, ordered_intents, secondary_intent
+from router.compound import merge_skills
 from router.config import RouterConfig
 from router.intents import INTENTS, OUT_OF_SCOPE
 
@@ -38,57 +38,43 @@ class Routed:
 
 
 def has_compound_head(predictor) -> bool:
-    """Whether ``predictor`` scores intents one-vs-rest (``predict_compound``, ``compound_intents``)."""
-    return callable(getattr(predictor, "predict_compound", None)) and bool(
-        getattr(predictor, "compound_intents", None)
+    """Whether ``predictor`` finds compound requests (``predict_compound`` and a ``compound_spec``)."""
+    return callable(getattr(predictor, "predict_compound", None)) and (
+        getattr(predictor, "compound_spec", None) is not None
     )
 
 
-def head_arguments(predictor, intent_scores: np.ndarray | None) -> dict:
-    """``intent_scores``, ``compound_intents`` and ``compound_threshold`` for the functions below (all
-    None without a compound head)."""
-    if intent_scores is None:
-        return {"intent_scores": None, "compound_intents": None, "compound_threshold": None}
-    return {
-        "intent_scores": intent_scores,
-        "compound_intents": list(predictor.compound_intents),
-        "compound_threshold": float(predictor.compound_threshold),
-    }
+def head_arguments(predictor, intents: list[list[str]] | None) -> dict:
+    """``intents`` and ``compound_threshold`` for the functions below (None without a compound head)."""
+    if intents is None:
+        return {"intents": None, "compound_threshold": None}
+    return {"intents": intents, "compound_threshold": float(predictor.compound_spec.threshold)}
 
 
 def predict_compound_in_batches(
     predictor, texts: Sequence[str], batch_size: int
-) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
-    """(probabilities, distances or None, intent scores) of a predictor with a compound head."""
-    k, m = len(predictor.labels), len(predictor.compound_intents)
-    probs, dists, scores = [np.zeros((0, k))], [], [np.zeros((0, m))]
+) -> tuple[np.ndarray, np.ndarray | None, list[list[str]]]:
+    """(probabilities, distances or None, intents per message) of a predictor with a compound head."""
+    probs, dists, intents = [np.zeros((0, len(predictor.labels)))], [], []
     for i in range(0, len(texts), batch_size):
-        p, d, s = predictor.predict_compound(list(texts[i : i + batch_size]))
+        p, d, _, found = predictor.predict_compound(list(texts[i : i + batch_size]))
         probs.append(np.asarray(p, dtype=np.float64))
-        scores.append(np.asarray(s, dtype=np.float64))
         dists.append(d)
+        intents += [list(x) for x in found]
     has_dist = dists and all(d is not None for d in dists)
     dist = np.concatenate([np.asarray(d, np.float64) for d in dists]) if has_dist else None
-    return np.concatenate(probs), dist, np.concatenate(scores)
+    return np.concatenate(probs), dist, intents
 
 
 def predicted_intents(
-    probs: np.ndarray,
-    labels: Sequence[str],
-    intent_scores: np.ndarray | None = None,
-    compound_intents: Sequence[str] | None = None,
-    compound_threshold: float | None = None,
+    probs: np.ndarray, labels: Sequence[str], intents: Sequence[Sequence[str]] | None = None
 ) -> list[list[str]]:
-    """Classifier level: [arg-max label] or [primary, second intent] per message."""
+    """Classifier level: the predictor's intents, or [arg-max label] (also for a label that is not an
+    intent, such as OUT_OF_SCOPE)."""
     pred = np.asarray(probs).argmax(axis=1) if len(probs) else np.zeros(0, int)
-    out = []
-    for i, j in enumerate(pred):
-        scores = None
-        if intent_scores is not None and compound_intents:
-            scores = dict(zip(compound_intents, map(float, intent_scores[i]), strict=True))
-        primary = labels[j]
-        out.append(ordered_intents(primary, secondary_intent(primary, scores, compound_threshold)))
-    return out
+    return [
+        list(intents[i]) if intents is not None and intents[i] else [labels[j]] for i, j in enumerate(pred)
+    ]
 
 
 def route_rows(
@@ -98,14 +84,12 @@ def route_rows(
     *,
     distance: np.ndarray | None = None,
     distance_threshold: float | None = None,
-    intent_scores: np.ndarray | None = None,
-    compound_intents: Sequence[str] | None = None,
-    compound_threshold: float | None = None,
+    intents: Sequence[Sequence[str]] | None = None,
     config: RouterConfig | None = None,
 ) -> Routed:
     """What the router (no verifier) does with each message, and the skills it loads."""
     cfg = config or RouterConfig.load()
-    predicted = predicted_intents(probs, labels, intent_scores, compound_intents, compound_threshold)
+    predicted = predicted_intents(probs, labels, intents)
     index = {l: j for j, l in enumerate(labels)}
     pair = np.array([sum(float(probs[i][index[x]]) for x in p) for i, p in enumerate(predicted)])
     o = outcomes(
@@ -211,12 +195,12 @@ def compound_metrics(
     *,
     distance: np.ndarray | None = None,
     distance_threshold: float | None = None,
-    intent_scores: np.ndarray | None = None,
-    compound_intents: Sequence[str] | None = None,
+    intents: Sequence[Sequence[str]] | None = None,
     compound_threshold: float | None = None,
     config: RouterConfig | None = None,
 ) -> dict:
-    """The report's compound metrics over messages with gold label sets (primary first)."""
+    """The report's compound metrics over messages with gold label sets (primary first); ``intents`` are
+    the predictor's (None without a compound head)."""
     cfg = config or RouterConfig.load()
     r = route_rows(
         probs,
@@ -224,12 +208,10 @@ def compound_metrics(
         tau,
         distance=distance,
         distance_threshold=distance_threshold,
-        intent_scores=intent_scores,
-        compound_intents=compound_intents,
-        compound_threshold=compound_threshold,
+        intents=intents,
         config=cfg,
     )
-    head = intent_scores is not None and bool(compound_intents)
+    head = intents is not None
     return {
         "compound_head": head,
         "compound_threshold": _r(compound_threshold, 4) if head and compound_threshold is not None else None,

@@ -90,7 +90,7 @@ def evaluate(
     labels = list(predictor.labels)
     index = {l: i for i, l in enumerate(labels)}
     y = np.array([index[l] for l in data.labels], dtype=int)
-    probs, dist, scores = predict_scored(predictor, data.texts)
+    probs, dist, intents = predict_scored(predictor, data.texts)
     limit = getattr(predictor, "distance_threshold", None)
     oos_section, oos_probs, oos_dist, low = None, None, None, None
     if oos is not None:
@@ -102,11 +102,7 @@ def evaluate(
             "accepted_examples": _oos_accepted(oos, oos_probs, labels, tau, low),
         }
     all_taus = [*taus, tau]
-    pred = (
-        predicted_intents(probs, labels, **head_arguments(predictor, scores))
-        if compound is not None
-        else None
-    )
+    pred = predicted_intents(probs, labels, intents) if compound is not None else None
     sections = {
         "classification": classification_metrics(y, probs.argmax(axis=1), labels),
         "calibration": calibration_metrics(probs, y, n_bins),
@@ -138,8 +134,8 @@ def default_threshold() -> float:
 
 def predict_scored(
     predictor: Predictor, texts: Sequence[str]
-) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-    """(probabilities, distances or None, one-vs-rest intent scores or None without a compound head)."""
+) -> tuple[np.ndarray, np.ndarray | None, list[list[str]] | None]:
+    """(probabilities, distances or None, each message's intents or None without a compound head)."""
     if has_compound_head(predictor):
         return predict_compound_in_batches(predictor, texts, PREDICT_BATCH)
     return (*predict_in_batches(predictor, texts), None)
@@ -147,7 +143,7 @@ def predict_scored(
 
 def _compound_section(predictor, ds: LabeledData, tau: float, data: LabeledData, data_pred: list) -> dict:
     """The compound file's rows scored apart; ``data_single``: the main data's single rows called compound."""
-    probs, dist, scores = predict_scored(predictor, ds.texts)
+    probs, dist, intents = predict_scored(predictor, ds.texts)
     limit = getattr(predictor, "distance_threshold", None)
     metrics = compound_metrics(
         probs,
@@ -156,7 +152,7 @@ def _compound_section(predictor, ds: LabeledData, tau: float, data: LabeledData,
         tau,
         distance=dist,
         distance_threshold=limit,
-        **head_arguments(predictor, scores),
+        **head_arguments(predictor, intents),
     )
     return {**source_section(ds), **metrics, "data_single": single_summary(data_pred, data.label_sets)}
 

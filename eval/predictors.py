@@ -6,8 +6,8 @@ training, so the torch backend is opened on the training side (``training.model.
 Optional attributes read by reports: ``backend``, ``variant``, ``model_id``, ``manifest``, ``temperature``;
 a predictor with an in-scope distance also has ``distance_threshold`` and
 ``predict_with_distance(texts) -> (probabilities, distances)``; one with a compound head has
-``compound_intents``, ``compound_threshold`` and ``predict_compound(texts) -> (probabilities, distances,
-intent scores)``.
+``compound_intents``, ``compound_spec`` (the manifest's compound section) and
+``predict_compound(texts) -> (probabilities, distances, intent scores, intents per message)``.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class OnnxPredictor:
         self.temperature = self.manifest.calibration.temperature if self.manifest.calibration else None
         self.distance_threshold = self.classifier.distance_threshold
         self.compound_intents = list(self.classifier.compound_intents)
-        self.compound_threshold = self.classifier.compound_threshold
+        self.compound_spec = self.manifest.compound
 
     def predict_proba(self, texts: Sequence[str]) -> np.ndarray:
         return np.asarray(self.classifier.predict_proba(list(texts)), dtype=np.float64)
@@ -60,10 +60,12 @@ class OnnxPredictor:
         probs, dist = self.classifier.predict(list(texts))
         return np.asarray(probs, dtype=np.float64), (None if dist is None else np.asarray(dist, np.float64))
 
-    def predict_compound(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
-        probs, dist, scores = self.classifier.predict_compound(list(texts))
+    def predict_compound(
+        self, texts: Sequence[str]
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, list[list[str]]]:
+        probs, dist, scores, intents = self.classifier.predict_compound(list(texts))
         d = None if dist is None else np.asarray(dist, np.float64)
-        return np.asarray(probs, dtype=np.float64), d, np.asarray(scores, dtype=np.float64)
+        return np.asarray(probs, dtype=np.float64), d, np.asarray(scores, dtype=np.float64), intents
 
 
 def load_onnx_predictor(model: str | Path, variant: str | None = None) -> OnnxPredictor:

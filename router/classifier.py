@@ -6,7 +6,7 @@ import logging
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +14,7 @@ import onnxruntime as ort
 from tokenizers import Tokenizer
 
 from router import env as envvars
+from router.compound import resolve_batch
 from router.manifest import Manifest, ModelError, load_manifest, verify_file
 from router.model_card import check_graph_metadata, read_graph_metadata
 
@@ -36,6 +37,8 @@ class Classification:
     num_tokens: int = 0
     distance: float | None = None  # in-scope distance (manifest.in_scope), when the graph computes it
     intent_scores: dict[str, float] | None = None  # one-vs-rest scores (manifest.compound), when computed
+    intents: list[str] = field(default_factory=list)  # router.compound.resolve_intents: primary first
+    clauses: list[dict] = field(default_factory=list)  # the clauses classified for it, when it has any
 
 
 class Classifier:
@@ -115,7 +118,6 @@ class Classifier:
         self._outputs = [self._output] + ([scope.output] if scope is not None else [])
         compound = self.manifest.compound
         self.compound_intents: list[str] = list(compound.intents) if compound is not None else []
-        self.compound_threshold: float | None = compound.threshold if compound is not None else None
         if compound is not None:
             self._outputs.append(compound.output)
         names = {o.name for o in outputs}
@@ -178,16 +180,28 @@ class Classifier:
         probs, dist, *_ = self._run(texts)
         return probs, dist
 
-    def predict_compound(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    def predict_compound(
+        self, texts: Sequence[str]
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, list[list[str]]]:
         """(probabilities, in-scope distances or None, one-vs-rest intent scores in ``compound_intents``
-        order); the scores are (n, 0) when the model has no compound head."""
+        order, each message's intents by router.compound.resolve_intents); the scores are (n, 0) and every
+        message has at most one intent when the model has no compound head."""
         _check_texts(texts)
         if not texts:
             empty = np.zeros(0, dtype=np.float32) if self.distance_threshold is not None else None
             k = len(self.compound_intents)
-            return np.zeros((0, len(self.labels)), dtype=np.float32), empty, np.zeros((0, k), np.float32)
+            return np.zeros((0, len(self.labels)), dtype=np.float32), empty, np.zeros((0, k), np.float32), []
         probs, dist, scores, *_ = self._run(texts)
-        return probs, dist, scores if scores is not None else np.zeros((len(texts), 0), np.float32)
+        intents, _ = self._intents(texts, probs, scores)
+        if scores is None:
+            scores = np.zeros((len(texts), 0), np.float32)
+        return probs, dist, scores, intents
+
+    def _intents(self, texts, probs, scores) -> tuple[list[list[str]], list[list[dict]]]:
+        primaries = [self.labels[int(j)] for j in probs.argmax(axis=1)]
+        return resolve_batch(
+            texts, primaries, self.manifest.compound, scores, self.labels, lambda t: self._run(t)[0]
+        )
 
     # --------------------------------------------------------------------------------- classify
     def classify(self, text: str) -> Classification:
@@ -198,6 +212,9 @@ class Classifier:
         if not texts:
             return []
         probs, dist, scores, encs, tok_s, inf_s = self._run(texts)
+        t0 = time.perf_counter()
+        intents, clauses = self._intents(texts, probs, scores)
+        inf_s += time.perf_counter() - t0  # the clauses' own run
         tok_ms, inf_ms = tok_s * 1000 / len(texts), inf_s * 1000 / len(texts)
         out = []
         for i, (row, enc) in enumerate(zip(probs, encs, strict=True)):
@@ -216,6 +233,8 @@ class Classifier:
                     intent_scores=dict(zip(self.compound_intents, scores[i].tolist(), strict=True))
                     if scores is not None
                     else None,
+                    intents=intents[i],
+                    clauses=clauses[i],
                 )
             )
         return out

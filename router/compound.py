@@ -1,37 +1,121 @@
-"""Compound requests: a message that asks for two things (find the deck, then email it) carries two
-intents, primary first. The graph scores every intent one-vs-rest beside the softmax (manifest
-``compound``); the one rule that turns those scores into a second intent lives here, so that the router,
-the evaluator and the verifier agree on it. Skills of several intents are merged here too.
+"""Compound requests: a message that asks for two things ("find the deck, then email it to Maria")
+carries two intents, primary first (the end goal). The one rule that finds them lives here, so that the
+router, the evaluator, export parity and training agree on it:
+
+1. the primary is the classifier's top label; a message whose top label is not an intent has none;
+2. the message is cut into clauses (router.clauses) and each clause is classified on its own;
+3. a stacked score per intent combines the graph's one-vs-rest score for the whole message with the
+   intent's best clause probability (manifest ``compound``: weights and bias);
+4. two clauses of different intents (each >= ``clause_min``) make a compound request when every one of
+   the two that is not the primary has a stacked score >= ``threshold``; without them, the best other
+   intent is added when its stacked score reaches ``whole_threshold``;
+5. the pair is ordered by ``primary_order`` (learnt from the training pairs), else the primary first.
+
+Skills of several intents are merged here too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 
+import numpy as np
+
+from router.clauses import split_clauses
 from router.intents import INTENTS
 
 MAX_INTENTS = 2
 
 
-def secondary_intent(
-    primary: str | None, scores: Mapping[str, float] | None, threshold: float | None
-) -> str | None:
-    """The second intent of a message whose primary intent is ``primary``: the other intent with the
-    highest one-vs-rest score, if that score reaches ``threshold``; else None (a single-intent message)."""
-    if primary not in INTENTS or not scores or threshold is None:
-        return None
-    best, score = None, -1.0
-    for intent, s in scores.items():
-        if intent != primary and intent in INTENTS and s > score:
-            best, score = intent, float(s)
-    return best if best is not None and score >= threshold else None
+def stacked_scores(spec, scores: Mapping[str, float], clause_best: Mapping[str, float]) -> dict[str, float]:
+    """sigmoid(w0 * logit(one-vs-rest score) + w1 * best clause probability + w2 * [has clauses] + b)."""
+    w, has = spec.weights, 1.0 if clause_best else 0.0
+    out = {}
+    for intent in spec.intents:
+        q = min(max(float(scores.get(intent, 0.0)), 1e-6), 1 - 1e-6)
+        z = w[0] * math.log(q / (1 - q)) + w[1] * float(clause_best.get(intent, 0.0)) + w[2] * has + spec.bias
+        out[intent] = 1.0 / (1.0 + math.exp(-z))
+    return out
 
 
-def ordered_intents(primary: str | None, secondary: str | None) -> list[str]:
-    """[primary, secondary] without repeats or gaps; [] without a primary."""
-    if primary is None:
+def resolve_intents(
+    primary: str,
+    spec,
+    scores: Mapping[str, float] | None,
+    clause_probs: Sequence[Mapping[str, float]] = (),
+    threshold: float | None = None,
+) -> list[str]:
+    """The intents of one message, primary first ([] when ``primary`` is not an intent). ``spec`` is the
+    manifest's Compound (None: single-intent model), ``scores`` the one-vs-rest scores, ``clause_probs``
+    each clause's label -> probability. ``threshold`` overrides ``spec.threshold`` (fitting it)."""
+    if primary not in INTENTS:
         return []
-    return [primary] + ([secondary] if secondary not in (None, primary) else [])
+    if spec is None or not scores:
+        return [primary]
+    t = spec.threshold if threshold is None else threshold
+    best: dict[str, float] = {}  # clause intents: best probability of each clause's top intent
+    clause_best: dict[str, float] = {}  # every intent: its best probability over the clauses
+    for probs in clause_probs:
+        for label, p in probs.items():
+            clause_best[label] = max(clause_best.get(label, 0.0), float(p))
+        top = max(probs, key=probs.get)
+        if top in INTENTS and probs[top] >= spec.clause_min:
+            best[top] = max(best.get(top, 0.0), float(probs[top]))
+    stacked = stacked_scores(spec, scores, clause_best)
+    if len(best) >= 2:
+        a, b = sorted(best, key=lambda k: -best[k])[:2]
+        if all(x == primary or stacked.get(x, 0.0) >= t for x in (a, b)):
+            return order_pair(spec, a, b, primary)
+    others = {k: v for k, v in stacked.items() if k != primary}
+    if others:
+        k = max(others, key=others.get)
+        if others[k] >= max(t, spec.whole_threshold):
+            return order_pair(spec, primary, k, primary)
+    return [primary]
+
+
+def order_pair(spec, a: str, b: str, primary: str) -> list[str]:
+    """[end goal, prerequisite] by the pair's learnt order; else the classifier's primary first."""
+    first = spec.primary_order.get(pair_key(a, b))
+    if first not in (a, b):
+        first = primary if primary in (a, b) else a
+    return [first, b if first == a else a]
+
+
+def pair_key(a: str, b: str) -> str:
+    return "+".join(sorted((a, b)))
+
+
+def resolve_batch(
+    texts: Sequence[str],
+    primaries: Sequence[str],
+    spec,
+    scores: np.ndarray | None,
+    labels: Sequence[str],
+    predict: Callable[[list[str]], np.ndarray],
+    threshold: float | None = None,
+) -> tuple[list[list[str]], list[list[dict]]]:
+    """Intents of many messages: their clauses are classified with one ``predict`` call (calibrated
+    probabilities in ``labels`` order). Returns the intents and, per message, its clauses with their top
+    label and probability (for the trace)."""
+    if spec is None or scores is None:
+        return [[p] if p in INTENTS else [] for p in primaries], [[] for _ in texts]
+    split = [split_clauses(t) if p in INTENTS else [] for t, p in zip(texts, primaries, strict=True)]
+    flat = [c for s in split for c in s]
+    probs = predict(flat) if flat else np.zeros((0, len(labels)))
+    intents, details, j = [], [], 0
+    for i, clauses in enumerate(split):
+        rows = [dict(zip(labels, map(float, probs[j + n]), strict=True)) for n in range(len(clauses))]
+        j += len(clauses)
+        row_scores = dict(zip(spec.intents, map(float, scores[i]), strict=True))
+        intents.append(resolve_intents(primaries[i], spec, row_scores, rows, threshold))
+        details.append(
+            [
+                {"text": c, "label": max(r, key=r.get), "probability": round(max(r.values()), 6)}
+                for c, r in zip(clauses, rows, strict=True)
+            ]
+        )
+    return intents, details
 
 
 def merge_skills(specs: Sequence) -> tuple[list[str], list[str], int]:

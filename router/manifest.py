@@ -206,14 +206,27 @@ class InScope(BaseModel):
 
 
 class Compound(BaseModel):
-    """The one-vs-rest intent scores the graph computes beside the probabilities (a logistic head per
-    intent, trained on single and two-intent messages). A message's second intent is the other intent with
-    the highest score, when it reaches ``threshold`` (router.compound.secondary_intent)."""
+    """How the router finds a compound request's two intents (router.compound.resolve_intents): the
+    graph's one-vs-rest intent scores (output ``intent_scores``), the message's clauses classified one by
+    one (router.clauses), a stacked score over both, and the end-goal order of each intent pair."""
 
-    method: str = "one-vs-rest"
+    method: str = "clauses+one-vs-rest"
     output: str = "intent_scores"
     intents: list[str]
-    threshold: float = Field(gt=0, lt=1)
+    threshold: float = Field(gt=0, lt=1, description="Stacked score that confirms a clause's intent.")
+    whole_threshold: float = Field(
+        gt=0, lt=1, description="Stacked score that adds a second intent without two clause intents."
+    )
+    clause_min: float = Field(gt=0, lt=1, description="Probability a clause's intent needs to count.")
+    weights: list[float] = Field(
+        min_length=3,
+        max_length=3,
+        description="Stacker weights: logit(one-vs-rest), clause max, has clauses.",
+    )
+    bias: float
+    primary_order: dict[str, str] = Field(
+        default_factory=dict, description="Intent pair ('ACTION+SEARCH') -> its primary (the end goal)."
+    )
     max_single_compound: float = Field(
         ge=0, le=1, description="Share of dev single-intent messages the threshold may call compound."
     )

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from router import env as envvars
 from router.classifier import Classification, Classifier
-from router.compound import merge_skills, ordered_intents, secondary_intent
+from router.compound import merge_skills
 from router.config import RouterConfig, validate_threshold
 from router.decision import (
     Decision,
@@ -198,8 +198,10 @@ class Router:
         if scope.signals and not follow_up:
             trace.append(TraceStep(stage="scope", status="out_of_scope", detail={"signals": scope.signals}))
             return self._out_of_scope(c, scope, "classifier", role, info, latency, trace)
-        secondary = secondary_intent(c.label, c.intent_scores, self.classifier.compound_threshold)
-        pair = c.confidence + (dict(c.ranking).get(secondary, 0.0) if secondary else 0.0)
+        primary = c.intents[0] if c.intents else c.label  # a compound request: its end goal first
+        secondary = c.intents[1] if len(c.intents) > 1 else None
+        probs = dict(c.ranking)
+        pair = sum(probs.get(i, 0.0) for i in c.intents)
         if not scope.signals and (c.confidence >= self.threshold or pair >= self.threshold):
             detail = {"threshold": self.threshold}
             reason = ReasonCode.CONFIDENT
@@ -207,9 +209,9 @@ class Router:
                 detail["pair_confidence"] = round(pair, 6)
                 reason = ReasonCode.CONFIDENT_COMPOUND
             trace.append(TraceStep(stage="threshold", status="accepted", detail=detail))
-            intent, source = c.label, "classifier"
+            intent, source = primary, "classifier"
             if c.intent_scores is not None:
-                trace.append(_compound_step(c, secondary, self.classifier.compound_threshold))
+                trace.append(_compound_step(c))
         else:  # unsure, or out of scope right after a turn it may continue ("yes", "and for next week?")
             status = "out_of_scope_follow_up" if scope.signals else "below"
             trace.append(TraceStep(stage="threshold", status=status, detail={"threshold": self.threshold}))
@@ -227,7 +229,7 @@ class Router:
                 intent, source, reason = previous.intent.value, "fallback", ReasonCode.FOLLOW_UP_UNVERIFIED
                 secondary = _previous_secondary(previous)
 
-        intents = ordered_intents(intent, secondary)
+        intents = [intent] + ([secondary] if secondary not in (None, intent) else []) if intent else []
         if intent is None:  # fallback: union of the fallback intents' skills
             specs = [self.config.intents[i] for i in self.config.fallback_intents]
             trace.append(
@@ -364,15 +366,15 @@ def repair_text(text: str) -> tuple[str, int]:
     return fixed, n
 
 
-def _compound_step(c: Classification, secondary: str | None, threshold: float | None) -> TraceStep:
-    """The compound rule's verdict, with the one-vs-rest scores it read."""
+def _compound_step(c: Classification) -> TraceStep:
+    """The compound rule's verdict (router.compound), with the scores and clauses it read."""
     return TraceStep(
         stage="compound",
-        status="two_intents" if secondary else "single",
+        status="two_intents" if len(c.intents) > 1 else "single",
         detail={
-            "secondary": secondary,
-            "threshold": threshold,
+            "intents": list(c.intents),
             "scores": {k: round(v, 6) for k, v in (c.intent_scores or {}).items()},
+            "clauses": c.clauses,
         },
     )
 

@@ -2,41 +2,85 @@
 and the router."""
 
 import json
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
 
-from router.compound import merge_skills, ordered_intents, secondary_intent
+from router.clauses import split_clauses
+from router.compound import merge_skills, resolve_intents, stacked_scores
 from router.config import RouterConfig
-from router.manifest import ModelError, load_manifest
+from router.manifest import Compound, ModelError, load_manifest
 from router.routing import Router
 
 CONFIG = RouterConfig.load()
+SPEC = Compound(
+    intents=["ACTION", "MEMORY", "PLANNING", "REASONING", "SEARCH"],
+    threshold=0.4,
+    whole_threshold=0.6,
+    clause_min=0.5,
+    weights=[1.0, 4.0, 0.5],
+    bias=-4.0,
+    primary_order={"ACTION+SEARCH": "ACTION", "PLANNING+SEARCH": "PLANNING"},
+    max_single_compound=0.01,
+)
+LOW = {i: 0.02 for i in SPEC.intents}
+
+
+def _clause(**p):
+    return {"OUT_OF_SCOPE": 0.0, **{i: 0.0 for i in SPEC.intents}, **p}
+
+
+# ----------------------------------------------------------------------------------- clauses
+def test_clauses_split_at_conjunctions_and_sentence_ends():
+    assert split_clauses("find the Q3 board deck and email it to Maria") == [
+        "find the Q3 board deck",
+        "email it to Maria",
+    ]
+    assert split_clauses("which listing did I pick? pull the packet for it") == [
+        "which listing did I pick",
+        "pull the packet for it",
+    ]
+    assert split_clauses("find and list the contracts") == []  # "find" alone is not a clause
+    assert split_clauses("hi, where is the travel policy") == []
+    assert split_clauses("a b, c d, e f, g h, i j, k l") == ["a b", "c d", "e f", "g h"]
 
 
 # ------------------------------------------------------------------------------------ the rule
-def test_secondary_is_the_best_other_intent_at_or_above_the_threshold():
-    scores = {"ACTION": 0.97, "SEARCH": 0.62, "MEMORY": 0.40, "PLANNING": 0.1, "REASONING": 0.05}
-    assert secondary_intent("ACTION", scores, 0.5) == "SEARCH"
-    assert secondary_intent("ACTION", scores, 0.62) == "SEARCH"
-    assert secondary_intent("ACTION", scores, 0.63) is None
-    assert secondary_intent("SEARCH", scores, 0.5) == "ACTION"  # never the primary itself
+def test_two_clause_intents_confirmed_by_the_stacked_score_make_a_compound_request():
+    clauses = [_clause(SEARCH=0.9), _clause(ACTION=0.95)]
+    scores = {**LOW, "ACTION": 0.9, "SEARCH": 0.5}
+    assert resolve_intents("SEARCH", SPEC, scores, clauses) == ["ACTION", "SEARCH"]  # end goal first
+    stacked = stacked_scores(SPEC, scores, {"ACTION": 0.95, "SEARCH": 0.9})
+    assert stacked["ACTION"] > 0.4 and stacked["SEARCH"] > 0.4
 
 
-def test_no_secondary_without_an_intent_scores_or_threshold():
-    scores = {"ACTION": 0.9, "SEARCH": 0.9}
-    assert secondary_intent("OUT_OF_SCOPE", scores, 0.1) is None
-    assert secondary_intent(None, scores, 0.1) is None
-    assert secondary_intent("ACTION", None, 0.1) is None
-    assert secondary_intent("ACTION", scores, None) is None
-    assert secondary_intent("ACTION", {"OUT_OF_SCOPE": 0.99}, 0.1) is None
+def test_a_clause_intent_the_stacked_score_does_not_confirm_is_dropped():
+    clauses = [_clause(SEARCH=0.9), _clause(ACTION=0.95)]
+    scores = {**LOW, "SEARCH": 0.9, "ACTION": 1e-5}  # the whole message shows no sign of an action
+    assert stacked_scores(SPEC, scores, {"ACTION": 0.95})["ACTION"] < 0.4
+    assert resolve_intents("SEARCH", SPEC, scores, clauses) == ["SEARCH"]
+    assert resolve_intents("SEARCH", SPEC, scores, clauses, threshold=1e-7) == ["ACTION", "SEARCH"]
 
 
-def test_ordered_intents():
-    assert ordered_intents("ACTION", "SEARCH") == ["ACTION", "SEARCH"]
-    assert ordered_intents("ACTION", "ACTION") == ["ACTION"]
-    assert ordered_intents("ACTION", None) == ["ACTION"]
-    assert ordered_intents(None, "SEARCH") == []
+def test_unsure_clauses_and_same_intent_clauses_stay_single():
+    scores = {**LOW, "SEARCH": 0.9}
+    assert resolve_intents("SEARCH", SPEC, scores, [_clause(SEARCH=0.9), _clause(SEARCH=0.8)]) == ["SEARCH"]
+    assert resolve_intents("SEARCH", SPEC, scores, [_clause(SEARCH=0.9), _clause(ACTION=0.45)]) == ["SEARCH"]
+
+
+def test_the_whole_message_path_adds_a_strong_second_intent():
+    scores = {**LOW, "PLANNING": 0.9, "SEARCH": 0.999}
+    assert stacked_scores(SPEC, scores, {})["PLANNING"] < 0.6  # no clauses: needs whole_threshold
+    assert resolve_intents("SEARCH", SPEC, scores) == ["SEARCH"]
+    scores["PLANNING"] = 0.99999
+    assert resolve_intents("SEARCH", SPEC, scores) == ["PLANNING", "SEARCH"]
+
+
+def test_no_intents_out_of_scope_and_one_without_a_compound_head():
+    assert resolve_intents("OUT_OF_SCOPE", SPEC, LOW, [_clause(ACTION=0.9), _clause(SEARCH=0.9)]) == []
+    assert resolve_intents("ACTION", None, LOW) == ["ACTION"]
+    assert resolve_intents("ACTION", SPEC, None) == ["ACTION"]
 
 
 def test_merged_skills_are_the_union_and_the_budget_counts_new_skills_only():
@@ -67,87 +111,92 @@ def compound_router(tiny_exported):
     return r
 
 
+@contextmanager
+def eager(router):
+    """Lower the compound thresholds so that the tiny model's confident messages get a second intent."""
+    spec = router.classifier.manifest.compound
+    router.classifier.manifest.compound = spec.model_copy(update={"threshold": 1e-4, "whole_threshold": 1e-4})
+    try:
+        yield
+    finally:
+        router.classifier.manifest.compound = spec
+
+
 def test_training_fits_the_compound_head_and_records_it(tiny_trained, tiny_exported):
     _, trained = tiny_trained
-    assert trained.compound is not None
-    assert sorted(trained.compound.intents) == ["ACTION", "MEMORY", "PLANNING", "REASONING", "SEARCH"]
-    assert 0 < trained.compound.threshold < 1 and trained.compound.max_single_compound == 0.01
+    c = trained.compound
+    assert c is not None and c.method == "clauses+one-vs-rest"
+    assert sorted(c.intents) == ["ACTION", "MEMORY", "PLANNING", "REASONING", "SEARCH"]
+    assert 0 < c.threshold < 1 and c.whole_threshold >= c.threshold and c.max_single_compound == 0.01
+    assert c.primary_order["ACTION+SEARCH"] == "ACTION"  # 3 of 3 tiny training pairs
     assert trained.training["data"]["rows"]["compound_train"] == 16
-    model_dir, exported = tiny_exported
+    _, exported = tiny_exported
     for name, variant in exported.export.variants.items():
         assert variant.parity.intents_agreement is not None, name
         assert variant.parity.max_abs_score_diff is not None, name
     assert exported.export.variants["fp32"].parity.max_abs_score_diff < 1e-4
+    assert exported.export.variants["fp32"].parity.intents_agreement == 1.0
 
 
-def test_graph_scores_equal_the_pytorch_head(tiny_trained, tiny_exported):
+def test_graph_scores_and_intents_equal_the_pytorch_side(tiny_trained, tiny_exported):
     from router.classifier import Classifier
     from training.model import IntentModel
 
     src, _ = tiny_trained
     model_dir, manifest = tiny_exported
     torch_model = IntentModel.load(src / "checkpoint", manifest=manifest)
-    texts = ["find the Q3 deck and email it to Maria", "hello", "why did churn go up"]
-    _, _, ref = torch_model.predict_compound(texts)
-    _, _, ours = Classifier(model_dir, variant="fp32").predict_compound(texts)
-    assert ours.shape == (3, 5)
+    texts = [
+        "find the Q3 deck and email it to Maria",
+        "hello",
+        "why did churn go up",
+        "run the export, then notify ops",
+    ]
+    _, _, ref, ref_intents = torch_model.predict_compound(texts)
+    _, _, ours, intents = Classifier(model_dir, variant="fp32").predict_compound(texts)
+    assert ours.shape == (4, 5)
     np.testing.assert_allclose(ours, ref, atol=1e-4)
+    assert intents == ref_intents
 
 
 def test_a_compound_decision_loads_both_intents_skills(compound_router):
     r = compound_router
-    r.classifier.compound_threshold = 1e-6  # every confident message gets its best other intent
-    try:
+    with eager(r):
         d = r.route("find the onboarding deck and send it to Maria", role="admin")
-    finally:
-        r.classifier.compound_threshold = r.classifier.manifest.compound.threshold
     assert d.intent is not None and len(d.intents) == 2 and d.intents[0] == d.intent
     specs = [CONFIG.intents[i.value] for i in d.intents]
     required, optional, budget = merge_skills(specs)
     assert d.skills.required == required and d.skills.optional == optional
     assert d.context_budget == budget
     step = next(s for s in d.trace if s.stage == "compound")
-    assert step.status == "two_intents" and step.detail["secondary"] == d.intents[1].value
+    assert step.status == "two_intents" and step.detail["intents"] == [i.value for i in d.intents]
+    assert [c["text"] for c in step.detail["clauses"]] == ["find the onboarding deck", "send it to Maria"]
     assert set(step.detail["scores"]) == {"ACTION", "MEMORY", "PLANNING", "REASONING", "SEARCH"}
     assert d.brief()["intent"] == "+".join(i.value for i in d.intents)
 
 
 def test_a_denied_skill_of_either_intent_makes_it_unservable(compound_router):
     r = compound_router
-    r.classifier.compound_threshold = 1e-6
-    try:
+    with eager(r):
         for text in ("find the onboarding deck and send it to Maria", "run the nightly export job now"):
             d = r.route(text, role="viewer")
-            if len(d.intents) == 2 and "action" in CONFIG.intents[d.intents[0].value].required + (
-                CONFIG.intents[d.intents[1].value].required
-            ):
+            needed = {s for i in d.intents for s in CONFIG.intents[i.value].required}
+            if len(d.intents) == 2 and "action" in needed:
                 break
         else:
             pytest.skip("the tiny model gave no compound decision with an ACTION intent")
-    finally:
-        r.classifier.compound_threshold = r.classifier.manifest.compound.threshold
     assert not d.servable and any(x.skill == "action" and x.required for x in d.denied)
 
 
-def test_single_intent_with_a_high_threshold(compound_router):
-    r = compound_router
-    r.classifier.compound_threshold = 0.999999
-    try:
-        d = r.route("run the nightly export job now", role="admin")
-    finally:
-        r.classifier.compound_threshold = r.classifier.manifest.compound.threshold
+def test_single_intent_with_the_fitted_thresholds(compound_router):
+    d = compound_router.route("run the nightly export job now", role="admin")
     assert d.intents == [d.intent]
     assert next(s for s in d.trace if s.stage == "compound").status == "single"
 
 
 def test_follow_up_keeps_both_previous_intents(compound_router, tiny_exported):
     model_dir, _ = tiny_exported
-    r = compound_router
-    r.classifier.compound_threshold = 1e-6
-    try:
-        first = r.route("find the onboarding deck and send it to Maria", role="admin")
-    finally:
-        r.classifier.compound_threshold = r.classifier.manifest.compound.threshold
+    with eager(compound_router):
+        first = compound_router.route("find the onboarding deck and send it to Maria", role="admin")
     assert len(first.intents) == 2
     strict = Router.load(model_dir, threshold=1.0)  # unsure about everything: the follow-up path
     strict.classifier.distance_threshold = None
@@ -165,12 +214,11 @@ def test_a_manifest_compound_threshold_unlike_the_graph_is_refused(model_copy):
         Router.load(model_copy)
 
 
-def test_without_intent_scores_every_decision_has_one_intent(model_copy):
-    """As with an export from before compound requests: no intent scores, no compound step."""
+def test_without_a_compound_section_every_decision_has_one_intent(model_copy):
+    """As with an export from before compound requests: no intents beyond the primary, no compound step."""
     m = load_manifest(model_copy)
     assert m.compound is not None
     r = Router.load(model_copy, threshold=0.05)
-    r.classifier.compound_intents, r.classifier.compound_threshold = [], None
-    r.classifier.distance_threshold = None
+    r.classifier.manifest.compound, r.classifier.distance_threshold = None, None
     d = r.route("find the onboarding deck and send it to Maria", role="admin")
-    assert d.intents == [d.intent] and not any(s.stage == "compound" for s in d.trace)
+    assert d.intents == [d.intent]

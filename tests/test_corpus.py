@@ -183,8 +183,10 @@ def test_compound_files_are_checked_and_counted(tmp_path):
     assert alone.errors == [] and alone.compound_counts() == counts
 
 
-def test_without_compound_dir_nothing_changes():
-    report = check_files([FIX / "tiny"])
+def test_without_compound_dir_nothing_changes(tmp_path):
+    for name in ("train", "dev", "test", "oos"):
+        (tmp_path / f"{name}.jsonl").write_bytes((FIX / "tiny" / f"{name}.jsonl").read_bytes())
+    report = check_files([tmp_path])
     assert report.compound == {} and report.compound_counts() == {}
     assert "Compound requests" not in " ".join(t for t, _, _ in report.tables())
 

@@ -43,15 +43,27 @@ ROWS = [
 GOLD = [r[0] for r in ROWS]
 PROBS = np.array([r[1] for r in ROWS])
 SCORES = np.array([r[2] for r in ROWS])
+# what the compound rule (router.compound.resolve_intents) makes of these scores with threshold CT: the
+# best other intent at or above CT; [] for a message whose top label is not an intent
+INTENTS = [
+    ["ACTION", "SEARCH"],
+    ["SEARCH", "REASONING"],
+    ["ACTION", "MEMORY"],
+    [],
+    ["SEARCH", "ACTION"],
+    ["MEMORY"],
+    ["REASONING"],
+    [],
+]
 
 
 def _metrics(with_head=True, **kw):
-    head = dict(intent_scores=SCORES, compound_intents=HEAD, compound_threshold=CT) if with_head else {}
+    head = dict(intents=INTENTS, compound_threshold=CT) if with_head else {}
     return compound_metrics(PROBS, LABELS, GOLD, TAU, **head, **kw)
 
 
 def test_route_rows_follows_the_router():
-    r = route_rows(PROBS, LABELS, TAU, intent_scores=SCORES, compound_intents=HEAD, compound_threshold=CT)
+    r = route_rows(PROBS, LABELS, TAU, intents=INTENTS)
     assert r.predicted == [
         ["ACTION", "SEARCH"],
         ["SEARCH", "REASONING"],
@@ -197,7 +209,9 @@ class _Stub:
     def __init__(self, rows, head=True):
         self.rows = {r["text"]: r.get("labels") or [r["label"]] for r in rows}
         if head:
-            self.compound_intents, self.compound_threshold = HEAD, CT
+            from types import SimpleNamespace
+
+            self.compound_intents, self.compound_spec = HEAD, SimpleNamespace(threshold=CT)
             self.predict_compound = self._predict_compound
 
     def predict_proba(self, texts):
@@ -205,7 +219,8 @@ class _Stub:
 
     def _predict_compound(self, texts):
         scores = [_scores(**dict.fromkeys(self.rows[t], 0.9)) for t in texts]
-        return self.predict_proba(texts), None, np.array(scores)
+        intents = [[x for x in self.rows[t] if x != "OUT_OF_SCOPE"] for t in texts]
+        return self.predict_proba(texts), None, np.array(scores), intents
 
 
 def _rows(path):
@@ -275,9 +290,8 @@ def test_two_intents_sharing_the_confidence_are_accepted_together():
     """As the router's confident_compound: top-1 below tau, but the two intents the message asks for
     together at or above it; without the second intent the message falls back."""
     probs = np.array([_probs(ACTION=0.5, SEARCH=0.4)])
-    head = dict(compound_intents=HEAD, compound_threshold=CT)
-    r = route_rows(probs, LABELS, TAU, intent_scores=np.array([_scores(ACTION=0.9, SEARCH=0.9)]), **head)
+    r = route_rows(probs, LABELS, TAU, intents=[["ACTION", "SEARCH"]])
     assert r.predicted == [["ACTION", "SEARCH"]] and r.status == ["accepted"]
     assert set(r.skills[0]) == {"action", "retrieval", "reflection"}
-    r = route_rows(probs, LABELS, TAU, intent_scores=np.array([_scores(ACTION=0.9, SEARCH=0.2)]), **head)
+    r = route_rows(probs, LABELS, TAU, intents=[["ACTION"]])
     assert r.predicted == [["ACTION"]] and r.status == ["fallback"]

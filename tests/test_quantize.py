@@ -248,11 +248,16 @@ def test_parity_gate_fails_a_graph_that_disagrees(tiny_exported):
     model_dir, _ = tiny_exported
     manifest = load_manifest(model_dir)
     texts = load_labeled(Path(__file__).parent / "fixtures" / "tiny" / "test.jsonl").texts
-    probs, dist = Classifier(model_dir, variant="int8", manifest=manifest, require_parity=False).predict(
-        texts
-    )
-    assert check_parity(None, model_dir, manifest, texts, lambda _: None, ["int8"], ref=(probs, dist)) == []
+    clf = Classifier(model_dir, variant="int8", manifest=manifest, require_parity=False)
+    probs, dist, scores, intents = clf.predict_compound(texts)
+    ref = (probs, dist, scores, intents)
+    assert check_parity(None, model_dir, manifest, texts, lambda _: None, ["int8"], ref=ref) == []
     moved = np.roll(probs, 1, axis=1)  # the reference's top-1 is another label for every message
-    failures = check_parity(None, model_dir, manifest, texts, lambda _: None, ["int8"], ref=(moved, dist))
+    ref = (moved, dist, scores, intents)
+    failures = check_parity(None, model_dir, manifest, texts, lambda _: None, ["int8"], ref=ref)
     assert len(failures) == 1 and "top-1 agreement" in failures[0] and "max |dp|" in failures[0]
     assert manifest.export.variants["int8"].parity.passed is False
+    other = [["ACTION", "SEARCH"] if i != ["ACTION", "SEARCH"] else ["ACTION"] for i in intents]
+    ref = (probs, dist, scores, other)  # the reference finds other intents for every message
+    failures = check_parity(None, model_dir, manifest, texts, lambda _: None, ["int8"], ref=ref)
+    assert len(failures) == 1 and "intents agreement 0.0000" in failures[0]

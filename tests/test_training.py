@@ -22,7 +22,9 @@ def test_training_writes_checkpoint_and_manifest(tiny_trained):
     hp = on_disk.training["hyperparameters"]
     assert hp["max_steps"] == 60 and hp["seed"] == 7 and hp["batch_size"] == 16
     files = on_disk.training["data"]["files"]
-    assert set(files) == {str(TINY / f"{s}.jsonl") for s in ("train", "dev", "test")}
+    assert set(files) == {str(TINY / f"{s}.jsonl") for s in ("train", "dev", "test")} | {
+        str(TINY / "compound" / f"{s}.jsonl") for s in ("train", "dev", "test")
+    }
     assert all(len(h) == 64 for h in files.values())
     assert {"setfit", "torch", "transformers", "sentence-transformers"} <= set(on_disk.training["versions"])
     assert on_disk.training["seconds"]["total"] > 0
@@ -92,6 +94,9 @@ def test_label_order_comes_from_the_head_not_the_data(tmp_path):
         )
         (tmp_path / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in src))
     cfg = tiny_config(
+        compound_train_file=None,
+        compound_dev_file=None,
+        compound_test_file=None,
         train_file=tmp_path / "train.jsonl",
         dev_file=tmp_path / "dev.jsonl",
         test_file=tmp_path / "test.jsonl",

@@ -1,24 +1,37 @@
-"""The one-vs-rest intent head behind compound requests: a logistic regression per intent on the body
-embedding, trained on single-intent rows (one intent positive), two-intent rows (both positive) and
-out-of-scope rows (none). The softmax head still picks the primary intent; these scores name a second
-one (router.compound.secondary_intent) when the best other intent reaches a threshold fitted on dev.
-Export writes the same computation into the ONNX graph (output ``intent_scores``).
+"""The compound head: what the router needs to find a compound request's two intents
+(router.compound.resolve_intents).
+
+- a one-vs-rest logistic regression per intent on the body embedding, trained on single-intent rows
+  (one intent positive), two-intent rows (both) and out-of-scope rows (none); export writes it into
+  the ONNX graph (output ``intent_scores``);
+- a stacker, a logistic regression over (logit of the one-vs-rest score, the intent's best clause
+  probability, whether the message has clauses), trained on the training rows with one-vs-rest scores
+  cross-fitted (5 folds) so that it does not learn to trust scores of rows the head has seen;
+- the end-goal order of each intent pair, counted on the two-intent training rows;
+- the thresholds, fitted on dev: the lowest that calls at most ``max_single_compound`` of the dev
+  single-intent messages compound.
 """
 
 from __future__ import annotations
 
+import json
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from router.compound import secondary_intent
+from router.compound import pair_key, resolve_intents
 from router.intents import INTENTS
+from router.manifest import Compound
 
 FILE = "compound_head.npz"
 DEFAULT_MAX_SINGLE_COMPOUND = 0.01
-THRESHOLD_GRID = np.round(np.arange(0.20, 0.951, 0.01), 2)
+DEFAULT_CLAUSE_MIN = 0.5
+DEFAULT_WHOLE_MIN = 0.5  # the whole-message path never adds an intent below this stacked score
+THRESHOLD_GRID = tuple(round(x, 2) for x in np.arange(0.10, 0.951, 0.01))
+FOLDS = 5
 
 
 @dataclass
@@ -26,72 +39,137 @@ class CompoundHead:
     intents: list[str]
     coef: np.ndarray  # (intents, dim)
     intercept: np.ndarray  # (intents,)
+    weights: list[float] = field(default_factory=lambda: [1.0, 0.0, 0.0])
+    bias: float = 0.0
+    primary_order: dict[str, str] = field(default_factory=dict)
+    clause_min: float = DEFAULT_CLAUSE_MIN
     threshold: float | None = None
+    whole_threshold: float | None = None
     max_single_compound: float | None = None
 
+    # ------------------------------------------------------------------------------- fitting
     @classmethod
     def fit(
-        cls, embeddings: np.ndarray, label_sets: Sequence[Sequence[str]], c: float = 4.0, max_iter: int = 3000
+        cls,
+        embeddings: np.ndarray,
+        label_sets: Sequence[Sequence[str]],
+        clause_best: Sequence[dict[str, float]],
+        c: float = 4.0,
+        seed: int = 0,
     ) -> CompoundHead:
-        """One logistic regression per intent; a row is positive for every intent of its label set."""
+        """Fit the one-vs-rest head, the stacker and the pair order. ``clause_best`` holds, per row, each
+        label's best probability over the row's clauses ({} for a row without clauses)."""
         from sklearn.linear_model import LogisticRegression
+        from sklearn.model_selection import StratifiedKFold, cross_val_predict
 
         x = np.asarray(embeddings, dtype=np.float64)
         intents = [i for i in INTENTS if any(i in s for s in label_sets)]
-        coef, intercept = [], []
+        coef, intercept, crossed = [], [], []
         for intent in intents:
             y = np.array([intent in s for s in label_sets], dtype=int)
             if y.min() == y.max():
                 raise ValueError(f"the compound head needs rows with and without {intent}")
-            lr = LogisticRegression(C=c, max_iter=max_iter).fit(x, y)
+            lr = LogisticRegression(C=c, max_iter=3000).fit(x, y)
             coef.append(lr.coef_[0])
             intercept.append(lr.intercept_[0])
-        return cls(intents=intents, coef=np.stack(coef), intercept=np.array(intercept))
-
-    def scores(self, embeddings: np.ndarray) -> np.ndarray:
-        """(n, intents) one-vs-rest probabilities."""
-        z = np.asarray(embeddings, dtype=np.float64) @ self.coef.T + self.intercept
-        return 1.0 / (1.0 + np.exp(-z))
-
-    def secondary(self, primaries: Sequence[str | None], scores: np.ndarray, threshold: float | None = None):
-        """The second intent of each message (None for single-intent ones), by the router's rule."""
-        t = self.threshold if threshold is None else threshold
-        return [
-            secondary_intent(p, dict(zip(self.intents, row.tolist(), strict=True)), t)
-            for p, row in zip(primaries, scores, strict=True)
-        ]
+            folds = StratifiedKFold(
+                n_splits=min(FOLDS, int(y.sum()), int((1 - y).sum())), shuffle=True, random_state=seed
+            )
+            crossed.append(
+                cross_val_predict(
+                    LogisticRegression(C=c, max_iter=3000), x, y, cv=folds, method="predict_proba"
+                )[:, 1]
+            )
+        head = cls(intents=intents, coef=np.stack(coef), intercept=np.array(intercept))
+        q = np.stack(crossed, axis=1)
+        rows, targets = [], []
+        for i, labels in enumerate(label_sets):
+            if not labels:
+                continue
+            for j, intent in enumerate(intents):
+                if intent != labels[0]:  # the primary is the classifier's; the stacker finds the other
+                    rows.append(_features(q[i, j], clause_best[i].get(intent, 0.0), bool(clause_best[i])))
+                    targets.append(intent in labels)
+        stacker = LogisticRegression(C=1.0, max_iter=2000).fit(np.array(rows), np.array(targets))
+        head.weights, head.bias = [float(w) for w in stacker.coef_[0]], float(stacker.intercept_[0])
+        pairs = Counter(tuple(s) for s in label_sets if len(s) == 2)
+        for a, b in {tuple(sorted(p)) for p in pairs}:
+            head.primary_order[pair_key(a, b)] = a if pairs[(a, b)] >= pairs[(b, a)] else b
+        return head
 
     def fit_threshold(
         self,
         primaries: Sequence[str],
         scores: np.ndarray,
+        clause_probs: Sequence[Sequence[dict[str, float]]],
         label_sets: Sequence[Sequence[str]],
         max_single_compound: float = DEFAULT_MAX_SINGLE_COMPOUND,
     ) -> float:
         """The lowest threshold at which at most ``max_single_compound`` of the held-out single-intent
-        in-scope messages are called compound (their predicted primary, as the router would see it)."""
+        in-scope messages are called compound (with their predicted primary, as the router sees them)."""
         single = [i for i, s in enumerate(label_sets) if len(s) == 1 and s[0] in INTENTS]
         if not single:
             raise ValueError("fitting the compound threshold needs held-out single-intent messages")
-        chosen = float(THRESHOLD_GRID[-1])
+        self.whole_threshold = DEFAULT_WHOLE_MIN
+        chosen = THRESHOLD_GRID[-1]
         for t in THRESHOLD_GRID:
-            second = self.secondary([primaries[i] for i in single], scores[single], float(t))
-            if np.mean([s is not None for s in second]) <= max_single_compound:
-                chosen = float(t)
+            called = [
+                len(
+                    resolve_intents(
+                        primaries[i], self.spec_for_fitting(), self.score_map(scores[i]), clause_probs[i], t
+                    )
+                )
+                > 1
+                for i in single
+            ]
+            if np.mean(called) <= max_single_compound:
+                chosen = t
                 break
-        self.threshold, self.max_single_compound = chosen, float(max_single_compound)
-        return chosen
+        self.threshold, self.max_single_compound = float(chosen), float(max_single_compound)
+        self.whole_threshold = max(DEFAULT_WHOLE_MIN, self.threshold)
+        return self.threshold
 
+    # ------------------------------------------------------------------------------ applying
+    def scores(self, embeddings: np.ndarray) -> np.ndarray:
+        """(n, intents) one-vs-rest probabilities."""
+        z = np.asarray(embeddings, dtype=np.float64) @ self.coef.T + self.intercept
+        return 1.0 / (1.0 + np.exp(-z))
+
+    def score_map(self, row: np.ndarray) -> dict[str, float]:
+        return dict(zip(self.intents, map(float, row), strict=True))
+
+    def spec_for_fitting(self) -> Compound:
+        """The manifest section with placeholder thresholds (resolve_intents is given its own)."""
+        return self.spec(threshold=self.threshold or 0.5, max_single=self.max_single_compound or 0.0)
+
+    def spec(self, threshold: float | None = None, max_single: float | None = None) -> Compound:
+        """The manifest's ``compound`` section for this head."""
+        t = self.threshold if threshold is None else threshold
+        return Compound(
+            intents=list(self.intents),
+            threshold=t,
+            whole_threshold=self.whole_threshold or max(DEFAULT_WHOLE_MIN, t),
+            clause_min=self.clause_min,
+            weights=list(self.weights),
+            bias=self.bias,
+            primary_order=dict(self.primary_order),
+            max_single_compound=self.max_single_compound if max_single is None else max_single,
+        )
+
+    # ------------------------------------------------------------------------------- storage
     def save(self, directory: str | Path) -> Path:
         path = Path(directory) / FILE
-        np.savez(
-            path,
-            intents=np.array(self.intents),
-            coef=self.coef,
-            intercept=self.intercept,
-            threshold=np.nan if self.threshold is None else self.threshold,
-            max_single_compound=np.nan if self.max_single_compound is None else self.max_single_compound,
-        )
+        settings = {
+            "intents": self.intents,
+            "weights": self.weights,
+            "bias": self.bias,
+            "primary_order": self.primary_order,
+            "clause_min": self.clause_min,
+            "threshold": self.threshold,
+            "whole_threshold": self.whole_threshold,
+            "max_single_compound": self.max_single_compound,
+        }
+        np.savez(path, coef=self.coef, intercept=self.intercept, settings=np.array(json.dumps(settings)))
         return path
 
     @classmethod
@@ -100,11 +178,11 @@ class CompoundHead:
         if not path.is_file():
             return None
         z = np.load(path)
-        t, m = float(z["threshold"]), float(z["max_single_compound"])
-        return cls(
-            intents=[str(i) for i in z["intents"]],
-            coef=z["coef"],
-            intercept=z["intercept"],
-            threshold=None if np.isnan(t) else t,
-            max_single_compound=None if np.isnan(m) else m,
-        )
+        settings = json.loads(str(z["settings"]))
+        return cls(coef=z["coef"], intercept=z["intercept"], **settings)
+
+
+def _features(score: float, clause: float, has_clauses: bool) -> list[float]:
+    """The stacker's inputs, as router.compound.stacked_scores computes them."""
+    q = min(max(float(score), 1e-6), 1 - 1e-6)
+    return [float(np.log(q / (1 - q))), float(clause), 1.0 if has_clauses else 0.0]

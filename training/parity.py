@@ -55,27 +55,15 @@ def load_parity_text(files: Sequence[str | Path], label_names: Sequence[str]) ->
     return out
 
 
-def reference(model, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-    """PyTorch's (probabilities, distances or None, intent scores or None) for the parity text."""
+def reference(
+    model, texts: Sequence[str]
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None, list[list[str]] | None]:
+    """PyTorch's (probabilities, distances or None, intent scores or None, intents or None)."""
     if not texts:
         raise ValueError("parity needs at least one text")
-    if getattr(model, "compound", None) is not None:
+    if getattr(model, "compound_spec", None) is not None:
         return model.predict_compound(list(texts))
-    return (*model.predict_with_distance(list(texts)), None)
-
-
-def _intent_sets(probs: np.ndarray, scores: np.ndarray, manifest: Manifest) -> list[tuple]:
-    """Primary label and the compound rule's second intent of each row."""
-    from router.compound import secondary_intent
-
-    c = manifest.compound
-    out = []
-    for p, row in zip(probs, scores, strict=True):
-        primary = manifest.labels[int(p.argmax())]
-        out.append(
-            (primary, secondary_intent(primary, dict(zip(c.intents, row.tolist(), strict=True)), c.threshold))
-        )
-    return out
+    return (*model.predict_with_distance(list(texts)), None, None)
 
 
 def margin_shortfalls(parity: Parity) -> list[str]:
@@ -112,7 +100,7 @@ def check_parity(
     text: ParityText | Sequence[str],
     report: Callable[[str], None] = print,
     variants: Sequence[str] | None = None,
-    ref: tuple[np.ndarray, np.ndarray | None, np.ndarray | None] | None = None,
+    ref: tuple | None = None,
 ) -> list[str]:
     """Compare exported variants with the PyTorch model; record the result in the manifest and return
     the failures."""
@@ -120,9 +108,10 @@ def check_parity(
 
     if not isinstance(text, ParityText):
         text = ParityText(texts=list(text))
-    torch_probs, torch_dist, torch_scores = ref if ref is not None else reference(model, text.texts)
-    compound = torch_scores is not None and manifest.compound is not None
-    torch_sets = _intent_sets(torch_probs, torch_scores, manifest) if compound else None
+    torch_probs, torch_dist, torch_scores, torch_sets = (
+        ref if ref is not None else reference(model, text.texts)
+    )
+    compound = torch_sets is not None and manifest.compound is not None
     limit = manifest.in_scope.threshold if manifest.in_scope is not None else None
     splits = text.splits if len(text.splits) > 1 else {}
     failures = []
@@ -135,15 +124,14 @@ def check_parity(
             clf = Classifier(
                 model_dir, variant=name, manifest=manifest, require_parity=False, max_batch=batch
             )
-            probs, dist, scores = clf.predict_compound(text.texts)
+            probs, dist, scores, intents = clf.predict_compound(text.texts)
             same = probs.argmax(1) == torch_probs.argmax(1)
             scope = diff = sets = sdiff = None
             if torch_dist is not None and dist is not None and limit is not None:
                 scope = float(((dist > limit) == (torch_dist > limit)).mean())
                 diff = float((np.abs(dist - torch_dist) / np.maximum(torch_dist, 1e-9)).max())
             if compound and scores.shape[1]:
-                ours = _intent_sets(probs, scores, manifest)
-                sets = float(np.mean([a == b for a, b in zip(ours, torch_sets, strict=True)]))
+                sets = float(np.mean([a == b for a, b in zip(intents, torch_sets, strict=True)]))
                 sdiff = float(np.abs(scores - torch_scores).max())
             runs[batch] = (
                 float(same.mean()),

@@ -91,9 +91,9 @@ def train(
         report(
             f"in-scope distance threshold {model.distance_threshold:.1f} (keeps {config.in_scope_keep:.1%} of dev in scope)"
         )
-    if model.compound_threshold is not None:
+    if model.compound_spec is not None:
         report(
-            f"compound threshold {model.compound_threshold:.2f} (calls at most "
+            f"compound threshold {model.compound_spec.threshold:.2f} (calls at most "
             f"{config.compound_max_single:.1%} of dev single-intent messages compound)"
         )
 
@@ -158,12 +158,7 @@ def _in_scope_section(model: IntentModel) -> InScope | None:
 
 
 def _compound_section(model: IntentModel) -> Compound | None:
-    head = model.compound
-    if head is None or head.threshold is None:
-        return None
-    return Compound(
-        intents=head.intents, threshold=head.threshold, max_single_compound=head.max_single_compound
-    )
+    return model.compound_spec
 
 
 def _joined(rows, extra):
