@@ -63,6 +63,7 @@ def output_schema(opts: ScoreOptions) -> pa.Schema:
     strings = pa.list_(pa.string())
     fields += [
         pa.field("intent", pa.string()),
+        pa.field("intents", strings),
         pa.field("top_intent", pa.string()),
         pa.field("confidence", pa.float64()),
         pa.field("source", pa.string()),
@@ -95,6 +96,7 @@ def decisions_table(batch: dict[str, list], router, opts: ScoreOptions) -> pa.Ta
         cols["label"] = list(batch["label"])
     names = [
         "intent",
+        "intents",
         "top_intent",
         "confidence",
         "source",
@@ -114,6 +116,7 @@ def decisions_table(batch: dict[str, list], router, opts: ScoreOptions) -> pa.Ta
                 cols[n].append(None)
             continue
         cols["intent"].append(d.intent.value if d.intent else None)
+        cols["intents"].append([i.value for i in d.intents])
         cols["top_intent"].append(d.ranking[0].intent.value if d.ranking else None)
         cols["confidence"].append(d.confidence)
         cols["source"].append(d.source)

@@ -160,6 +160,9 @@ class Parity(BaseModel):
     # top-1 agreement per parity file (split), single and batched, when the text came from several files
     split_top1_agreement: dict[str, float] | None = None
     batched_split_top1_agreement: dict[str, float] | None = None
+    # the same for the routed intents; gated per split instead of top-1 when the model has a compound head
+    split_intents_agreement: dict[str, float] | None = None
+    batched_split_intents_agreement: dict[str, float] | None = None
     # labelled splits: accuracy and ECE of this graph and of the PyTorch model (reference_*)
     quality: dict[str, dict[str, float]] | None = None
 

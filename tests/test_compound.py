@@ -127,7 +127,7 @@ def test_training_fits_the_compound_head_and_records_it(tiny_trained, tiny_expor
     c = trained.compound
     assert c is not None and c.method == "clauses+one-vs-rest"
     assert sorted(c.intents) == ["ACTION", "MEMORY", "PLANNING", "REASONING", "SEARCH"]
-    assert 0 < c.threshold < 1 and c.whole_threshold >= c.threshold and c.max_single_compound == 0.01
+    assert 0 < c.threshold < 1 and c.whole_threshold >= c.threshold and c.max_single_compound == 0.015
     assert c.primary_order["ACTION+SEARCH"] == "ACTION"  # 3 of 3 tiny training pairs
     assert trained.training["data"]["rows"]["compound_train"] == 16
     _, exported = tiny_exported
@@ -222,3 +222,22 @@ def test_without_a_compound_section_every_decision_has_one_intent(model_copy):
     r.classifier.manifest.compound, r.classifier.distance_threshold = None, None
     d = r.route("find the onboarding deck and send it to Maria", role="admin")
     assert d.intents == [d.intent]
+
+
+def test_the_verifier_can_route_two_intents(tiny_exported, openai_server, make_verifier):
+    """Below the threshold, an LLM verifier (real HTTP) that answers two intents gets both skills."""
+    from tests.conftest import below_threshold
+
+    model_dir, _ = tiny_exported
+    r = Router.load(model_dir, threshold=1.0, verifier=make_verifier(openai_server))
+    r.classifier.distance_threshold = None
+    openai_server.push(
+        json.dumps({"intent": "ACTION", "secondary_intent": "SEARCH", "reason_code": "fresh_request"})
+    )
+    d = r.route(below_threshold(r), role="admin")
+    assert (d.source, d.reason_code.value) == ("verifier", "verified")
+    assert [i.value for i in d.intents] == ["ACTION", "SEARCH"] and d.intent.value == "ACTION"
+    required, optional, budget = merge_skills([CONFIG.intents["ACTION"], CONFIG.intents["SEARCH"]])
+    assert (d.skills.required, d.skills.optional, d.context_budget) == (required, optional, budget)
+    assert next(s for s in d.trace if s.stage == "verifier").detail["secondary"] == "SEARCH"
+    assert d.requires_confirmation  # ACTION's confirmation is kept

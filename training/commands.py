@@ -95,7 +95,10 @@ def export(
     model: Annotated[
         Path | None, Opt(help="Model directory written by 'train' (default: the default model).")
     ] = None,
-    parity_file: Path = Opt(Path("data/test.jsonl"), help="Held-out JSONL for the parity check."),
+    parity_file: list[Path] = Opt(
+        [Path("data/test.jsonl")],
+        help="Held-out JSONL for the parity check; repeat for several files (each also gated on its own).",
+    ),
     variants: str = Opt("fp32,int8", help="Comma-separated: fp32, int8."),
     keep_fp32: bool = Opt(
         True, "--keep-fp32/--drop-fp32", help="Keep the fp32 graph after the int8 one is made."
@@ -113,7 +116,7 @@ def export(
     tried = [r.strip() for r in recipes.split(",") if r.strip()]
     manifest = export_model(
         model or default_model_dir(),
-        parity_file=parity_file,
+        parity_file=[str(f) for f in parity_file],
         variants=names,
         keep_fp32=keep_fp32,
         report=say,

@@ -27,9 +27,9 @@ from router.intents import INTENTS
 from router.manifest import Compound
 
 FILE = "compound_head.npz"
-DEFAULT_MAX_SINGLE_COMPOUND = 0.01
+DEFAULT_MAX_SINGLE_COMPOUND = 0.015
 DEFAULT_CLAUSE_MIN = 0.5
-DEFAULT_WHOLE_MIN = 0.5  # the whole-message path never adds an intent below this stacked score
+DEFAULT_WHOLE_MIN = 0.7  # the whole-message path never adds an intent below this stacked score
 THRESHOLD_GRID = tuple(round(x, 2) for x in np.arange(0.10, 0.951, 0.01))
 FOLDS = 5
 

@@ -60,7 +60,7 @@ class TrainConfig(BaseModel):
     # Compound head (training/compound_head.py): one-vs-rest per intent; threshold fitted on dev.
     compound_head_c: float = Field(4.0, gt=0)
     compound_max_single: float = Field(
-        0.01, ge=0, le=1, description="Share of dev single-intent messages the threshold may call compound."
+        0.015, ge=0, le=1, description="Share of dev single-intent messages the threshold may call compound."
     )
     # Logistic-regression head.
     head_c: float = Field(1.0, gt=0)
