@@ -26,7 +26,9 @@ from eval.compound import (
     head_arguments,
     predict_compound_in_batches,
     predicted_intents,
+    route_rows,
     single_summary,
+    skills_summary,
 )
 from eval.data import LabeledData, UnlabeledData, load_labeled, load_unlabeled
 from eval.latency import DEFAULT_SAMPLES, measure_latency
@@ -116,7 +118,9 @@ def evaluate(
             **scope_metrics(probs, y, labels, tau, dist, limit, oos_probs, oos_dist, low),
             "sweep": scope_sweep(probs, y, labels, all_taus, dist, limit),
         },
-        "compound": None if compound is None else _compound_section(predictor, compound, tau, data, pred),
+        "compound": None
+        if compound is None
+        else _compound_section(predictor, compound, tau, data, (probs, dist, intents, pred)),
         "latency": measure_latency(predictor, data.texts, max_latency_samples)
         if max_latency_samples > 0
         else None,
@@ -141,8 +145,9 @@ def predict_scored(
     return (*predict_in_batches(predictor, texts), None)
 
 
-def _compound_section(predictor, ds: LabeledData, tau: float, data: LabeledData, data_pred: list) -> dict:
-    """The compound file's rows scored apart; ``data_single``: the main data's single rows called compound."""
+def _compound_section(predictor, ds: LabeledData, tau: float, data: LabeledData, main: tuple) -> dict:
+    """The compound file's rows scored apart; ``data_single``: the main data's single rows called
+    compound, and the skills the router loads per message of the main data."""
     probs, dist, intents = predict_scored(predictor, ds.texts)
     limit = getattr(predictor, "distance_threshold", None)
     metrics = compound_metrics(
@@ -154,7 +159,22 @@ def _compound_section(predictor, ds: LabeledData, tau: float, data: LabeledData,
         distance_threshold=limit,
         **head_arguments(predictor, intents),
     )
-    return {**source_section(ds), **metrics, "data_single": single_summary(data_pred, data.label_sets)}
+    m_probs, m_dist, m_intents, m_pred = main
+    cfg = RouterConfig.load()
+    routed = route_rows(
+        m_probs,
+        predictor.labels,
+        tau,
+        distance=m_dist,
+        distance_threshold=limit,
+        intents=m_intents,
+        config=cfg,
+    )
+    data_single = {
+        **single_summary(m_pred, data.label_sets),
+        "skills": skills_summary(routed, data.label_sets, cfg),
+    }
+    return {**source_section(ds), **metrics, "data_single": data_single}
 
 
 def predict_in_batches(

@@ -56,6 +56,7 @@ COMPOUND_CHECKS = {
     "single_called_compound": (("single", "called_compound"), "<=", "single_compound_margin"),
     "data_called_compound": (("data_single", "called_compound"), "<=", "data_compound_margin"),
     "skills_per_message": (("skills", "skills_per_message"), "<=", "skills_margin"),
+    "data_skills_per_message": (("data_single", "skills", "skills_per_message"), "<=", "skills_margin"),
 }
 #: report section (and baseline key) -> its checks
 SECTION_CHECKS = {"scope": SCOPE_CHECKS, "compound": COMPOUND_CHECKS}
@@ -65,9 +66,11 @@ MISSING_HINT = {
 }
 
 
-def _section_value(report: dict, section: str, path: tuple[str, str]) -> float | None:
-    part = (report.get(section) or {}).get(path[0])
-    return part.get(path[1]) if isinstance(part, dict) else None
+def _section_value(report: dict, section: str, path: tuple[str, ...]) -> float | None:
+    part = report.get(section) or {}
+    for key in path:
+        part = part.get(key) if isinstance(part, dict) else None
+    return part
 
 
 def _section_limits(report: dict, section: str, p: dict) -> dict | None:

@@ -213,8 +213,11 @@ class IntentModel:
         secondary = list(secondary) if secondary is not None else [None] * len(labels)
         emb = self.encode(texts)
         logits = self._head_logits(emb)
-        self.temperature = fit_temperature(logits, self.label_ids(labels))
         single = np.array([s is None for s in secondary])
+        # the softmax head is calibrated on single-intent rows: a compound row's primary is not its top
+        # label by design (its probability is shared with the second intent)
+        ids = self.label_ids(labels)
+        self.temperature = fit_temperature(logits[single], ids[single])
         in_scope = np.array([l != OUT_OF_SCOPE for l in labels]) & single
         if self.scope is not None and in_scope.any():
             self.scope.fit_threshold(emb[in_scope], keep=self.config.in_scope_keep)
