@@ -241,3 +241,33 @@ def test_the_verifier_can_route_two_intents(tiny_exported, openai_server, make_v
     assert (d.skills.required, d.skills.optional, d.context_budget) == (required, optional, budget)
     assert next(s for s in d.trace if s.stage == "verifier").detail["secondary"] == "SEARCH"
     assert d.requires_confirmation  # ACTION's confirmation is kept
+
+
+# ------------------------------------------------------------------ the cases (shipped model)
+@pytest.mark.parametrize(
+    "text, intents, required",
+    [
+        ("find the Q3 board deck and email it to Maria", ["ACTION", "SEARCH"], {"action", "retrieval"}),
+        (
+            "summarize our discussion so far and create a ticket for the follow-ups",
+            ["ACTION", "MEMORY"],
+            {"action", "memory"},
+        ),
+        (
+            "compare the two vendor proposals and then book a call with the cheaper one",
+            ["ACTION", "REASONING"],
+            {"action", "retrieval", "synthesis"},
+        ),
+    ],
+)
+def test_shipped_model_loads_both_intents_skills(shipped_router, text, intents, required):
+    d = shipped_router.route(text, role="admin")
+    assert [i.value for i in d.intents] == intents and d.source == "classifier"
+    assert set(d.skills.required) == required and d.requires_confirmation and d.servable
+    viewer = shipped_router.route(text, role="viewer")
+    assert not viewer.servable and "action" in {x.skill for x in viewer.denied if x.required}
+
+
+def test_shipped_model_keeps_a_twin_single(shipped_router):
+    d = shipped_router.route("find and list the board decks from 2023", role="admin")
+    assert [i.value for i in d.intents] == ["SEARCH"]
