@@ -267,7 +267,10 @@ def export_model(
         else:
             if fallback is not None:
                 report(f"int8: no recipe passes with margin; keeping {fallback}, the first that passes")
-                spec, failed = build(fallback)
+                if fallback != recipe:  # the graph on disk is a later recipe's: rebuild the fallback
+                    spec, failed = build(fallback)
+                else:
+                    failed = []
                 rejected = [r for r in rejected if not r.startswith(f"int8 ({fallback})")]
             failures += failed
         spec.rejected = [r for r in rejected if r not in failures]
