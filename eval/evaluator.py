@@ -92,7 +92,10 @@ def evaluate(
     labels = list(predictor.labels)
     index = {l: i for i, l in enumerate(labels)}
     y = np.array([index[l] for l in data.labels], dtype=int)
-    probs, dist, intents = predict_scored(predictor, data.texts)
+    if compound is not None:  # the compound rule's clause runs only when compound requests are scored
+        probs, dist, intents = predict_scored(predictor, data.texts)
+    else:
+        (probs, dist), intents = predict_in_batches(predictor, data.texts), None
     limit = getattr(predictor, "distance_threshold", None)
     oos_section, oos_probs, oos_dist, low = None, None, None, None
     if oos is not None:

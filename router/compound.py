@@ -24,8 +24,6 @@ import numpy as np
 from router.clauses import split_clauses
 from router.intents import INTENTS
 
-MAX_INTENTS = 2
-
 
 def stacked_scores(spec, scores: Mapping[str, float], clause_best: Mapping[str, float]) -> dict[str, float]:
     """sigmoid(w0 * logit(one-vs-rest score) + w1 * best clause probability + w2 * [has clauses] + b)."""

@@ -215,7 +215,6 @@ class Router:
         else:  # unsure, or out of scope right after a turn it may continue ("yes", "and for next week?")
             status = "out_of_scope_follow_up" if scope.signals else "below"
             trace.append(TraceStep(stage="threshold", status=status, detail={"threshold": self.threshold}))
-            secondary = None
             intent, source, reason, secondary = self._verify(text, c, previous, trace, latency)
             if reason == ReasonCode.OUT_OF_SCOPE:
                 scope.signals.append("verifier")

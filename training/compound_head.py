@@ -111,17 +111,11 @@ class CompoundHead:
         if not single:
             raise ValueError("fitting the compound threshold needs held-out single-intent messages")
         self.whole_threshold = DEFAULT_WHOLE_MIN
+        spec = self.spec(threshold=THRESHOLD_GRID[0], max_single=0.0)  # resolve_intents gets each t
+        rows = [(primaries[i], self.score_map(scores[i]), clause_probs[i]) for i in single]
         chosen = THRESHOLD_GRID[-1]
         for t in THRESHOLD_GRID:
-            called = [
-                len(
-                    resolve_intents(
-                        primaries[i], self.spec_for_fitting(), self.score_map(scores[i]), clause_probs[i], t
-                    )
-                )
-                > 1
-                for i in single
-            ]
+            called = [len(resolve_intents(p, spec, m, c, t)) > 1 for p, m, c in rows]
             if np.mean(called) <= max_single_compound:
                 chosen = t
                 break
@@ -137,10 +131,6 @@ class CompoundHead:
 
     def score_map(self, row: np.ndarray) -> dict[str, float]:
         return dict(zip(self.intents, map(float, row), strict=True))
-
-    def spec_for_fitting(self) -> Compound:
-        """The manifest section with placeholder thresholds (resolve_intents is given its own)."""
-        return self.spec(threshold=self.threshold or 0.5, max_single=self.max_single_compound or 0.0)
 
     def spec(self, threshold: float | None = None, max_single: float | None = None) -> Compound:
         """The manifest's ``compound`` section for this head."""
