@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 MIN_WORDS = 2  # shorter pieces ("find" in "find and list the contracts") are not clauses
-MAX_CLAUSES = 4
+MAX_CLAUSES = 6
 _JOINERS = (
     "and then",
     "and also",
@@ -23,9 +23,24 @@ _JOINERS = (
     "once done",
     "so that",
     "so",
+    "if so",
+    "if not",
+    "if yes",
+    "if it is",
+    "if it does",
+    "if they are",
+    "if they do",
 )
+# "once"/"before"/"after" open a clause only before a subject ("once you've found it", "before we
+# send it"); "plan corrective actions before the re-inspection" stays one clause.
+_SUBJECT_JOINERS = ("once", "before", "after")
+_SUBJECTS = r"you|you've|you're|we|we've|i|i've|it|it's|that|that's|they|they're"
+_SUBORDINATE = r"\s*,?\s*\b(?:" + "|".join(_SUBJECT_JOINERS) + r")\s+(?=(?:" + _SUBJECTS + r")\b)"
 _SPLIT = re.compile(
     r"\s*,?\s*\b(?:" + "|".join(re.escape(j) for j in _JOINERS) + r")\b\s*"  # conjunctions
+    r"|"
+    + _SUBORDINATE  # "... once you've found it"
+    + r"|\s+(?:\+|&|->|=>)\s+"  # shorthand joiners: "recap our chat + find the deck"
     r"|\s*[;?!]+\s*"  # sentence ends and semicolons
     r"|\.\s+"  # a full stop followed by more text
     r"|,\s+",  # commas

@@ -43,7 +43,29 @@ def test_clauses_split_at_conjunctions_and_sentence_ends():
     ]
     assert split_clauses("find and list the contracts") == []  # "find" alone is not a clause
     assert split_clauses("hi, where is the travel policy") == []
-    assert split_clauses("a b, c d, e f, g h, i j, k l") == ["a b", "c d", "e f", "g h"]
+    assert split_clauses("a b, c d, e f, g h, i j, k l, m n") == ["a b", "c d", "e f", "g h", "i j", "k l"]
+
+
+def test_clauses_split_at_shorthand_joiners_and_subordinate_asks():
+    assert split_clauses("recap our chat pls + find the latest sprint review deck") == [
+        "recap our chat pls",
+        "find the latest sprint review deck",
+    ]
+    assert split_clauses("churn interview notes -> synthesize themes") == [
+        "churn interview notes",
+        "synthesize themes",
+    ]
+    assert split_clauses("forward Ingrid the terms once you've found them in the sales folder") == [
+        "forward Ingrid the terms",
+        "you've found them in the sales folder",
+    ]
+    # "if so" / "if not" join two asks and are not a clause of their own
+    assert split_clauses("is the copy compliant? if it is, schedule the post for 9am") == [
+        "is the copy compliant",
+        "schedule the post for 9am",
+    ]
+    # "before" / "after" without a subject is part of the ask, not a boundary
+    assert split_clauses("plan corrective actions before the re-inspection") == []
 
 
 # ------------------------------------------------------------------------------------ the rule
