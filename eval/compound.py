@@ -22,7 +22,7 @@ import numpy as np
 
 from eval.metrics import rounded as _r
 from eval.scope import outcomes
-from router.compound import merge_skills
+from router.compound import compound_confidence, merge_skills
 from router.config import RouterConfig
 from router.intents import INTENTS, OUT_OF_SCOPE
 
@@ -53,17 +53,23 @@ def head_arguments(predictor, intents: list[list[str]] | None) -> dict:
 
 def predict_compound_in_batches(
     predictor, texts: Sequence[str], batch_size: int
-) -> tuple[np.ndarray, np.ndarray | None, list[list[str]]]:
-    """(probabilities, distances or None, intents per message) of a predictor with a compound head."""
-    probs, dists, intents = [np.zeros((0, len(predictor.labels)))], [], []
+) -> tuple[np.ndarray, np.ndarray | None, list[list[str]], np.ndarray]:
+    """(probabilities, distances or None, intents per message, their confidence by
+    router.compound.compound_confidence) of a predictor with a compound head."""
+    labels = list(predictor.labels)
+    probs, dists, intents, pair = [np.zeros((0, len(labels)))], [], [], []
     for i in range(0, len(texts), batch_size):
-        p, d, _, found = predictor.predict_compound(list(texts[i : i + batch_size]))
+        p, d, _, found, clauses = predictor.predict_compound(list(texts[i : i + batch_size]))
         probs.append(np.asarray(p, dtype=np.float64))
         dists.append(d)
         intents += [list(x) for x in found]
+        pair += [
+            compound_confidence(dict(zip(labels, map(float, row), strict=True)), f, c)
+            for row, f, c in zip(p, found, clauses, strict=True)
+        ]
     has_dist = dists and all(d is not None for d in dists)
     dist = np.concatenate([np.asarray(d, np.float64) for d in dists]) if has_dist else None
-    return np.concatenate(probs), dist, intents
+    return np.concatenate(probs), dist, intents, np.asarray(pair, dtype=np.float64)
 
 
 def predicted_intents(
@@ -85,13 +91,19 @@ def route_rows(
     distance: np.ndarray | None = None,
     distance_threshold: float | None = None,
     intents: Sequence[Sequence[str]] | None = None,
+    pair_confidence: np.ndarray | None = None,
     config: RouterConfig | None = None,
 ) -> Routed:
-    """What the router (no verifier) does with each message, and the skills it loads."""
+    """What the router (no verifier) does with each message, and the skills it loads. ``pair_confidence``:
+    each message's confidence in its intents (router.compound.compound_confidence); without it, the
+    probability mass on them."""
     cfg = config or RouterConfig.load()
     predicted = predicted_intents(probs, labels, intents)
-    index = {l: j for j, l in enumerate(labels)}
-    pair = np.array([sum(float(probs[i][index[x]]) for x in p) for i, p in enumerate(predicted)])
+    if pair_confidence is not None:
+        pair = np.asarray(pair_confidence, dtype=np.float64)
+    else:
+        rows = [dict(zip(labels, map(float, row), strict=True)) for row in probs]
+        pair = np.array([compound_confidence(row, p) for row, p in zip(rows, predicted, strict=True)])
     o = outcomes(
         probs, labels, tau, distance, distance_threshold, pair_confidence=pair if len(pair) else None
     )
@@ -196,6 +208,7 @@ def compound_metrics(
     distance: np.ndarray | None = None,
     distance_threshold: float | None = None,
     intents: Sequence[Sequence[str]] | None = None,
+    pair_confidence: np.ndarray | None = None,
     compound_threshold: float | None = None,
     config: RouterConfig | None = None,
 ) -> dict:
@@ -209,6 +222,7 @@ def compound_metrics(
         distance=distance,
         distance_threshold=distance_threshold,
         intents=intents,
+        pair_confidence=pair_confidence,
         config=cfg,
     )
     head = intents is not None

@@ -93,9 +93,9 @@ def evaluate(
     index = {l: i for i, l in enumerate(labels)}
     y = np.array([index[l] for l in data.labels], dtype=int)
     if compound is not None:  # the compound rule's clause runs only when compound requests are scored
-        probs, dist, intents = predict_scored(predictor, data.texts)
+        probs, dist, intents, pair = predict_scored(predictor, data.texts)
     else:
-        (probs, dist), intents = predict_in_batches(predictor, data.texts), None
+        (probs, dist), intents, pair = predict_in_batches(predictor, data.texts), None, None
     limit = getattr(predictor, "distance_threshold", None)
     oos_section, oos_probs, oos_dist, low = None, None, None, None
     if oos is not None:
@@ -123,7 +123,7 @@ def evaluate(
         },
         "compound": None
         if compound is None
-        else _compound_section(predictor, compound, tau, data, (probs, dist, intents, pred)),
+        else _compound_section(predictor, compound, tau, data, (probs, dist, intents, pair, pred)),
         "latency": measure_latency(predictor, data.texts, max_latency_samples)
         if max_latency_samples > 0
         else None,
@@ -141,17 +141,18 @@ def default_threshold() -> float:
 
 def predict_scored(
     predictor: Predictor, texts: Sequence[str]
-) -> tuple[np.ndarray, np.ndarray | None, list[list[str]] | None]:
-    """(probabilities, distances or None, each message's intents or None without a compound head)."""
+) -> tuple[np.ndarray, np.ndarray | None, list[list[str]] | None, np.ndarray | None]:
+    """(probabilities, distances or None, each message's intents and their confidence, both None without
+    a compound head)."""
     if has_compound_head(predictor):
         return predict_compound_in_batches(predictor, texts, PREDICT_BATCH)
-    return (*predict_in_batches(predictor, texts), None)
+    return (*predict_in_batches(predictor, texts), None, None)
 
 
 def _compound_section(predictor, ds: LabeledData, tau: float, data: LabeledData, main: tuple) -> dict:
     """The compound file's rows scored apart; ``data_single``: the main data's single rows called
     compound, and the skills the router loads per message of the main data."""
-    probs, dist, intents = predict_scored(predictor, ds.texts)
+    probs, dist, intents, pair = predict_scored(predictor, ds.texts)
     limit = getattr(predictor, "distance_threshold", None)
     metrics = compound_metrics(
         probs,
@@ -160,9 +161,10 @@ def _compound_section(predictor, ds: LabeledData, tau: float, data: LabeledData,
         tau,
         distance=dist,
         distance_threshold=limit,
+        pair_confidence=pair,
         **head_arguments(predictor, intents),
     )
-    m_probs, m_dist, m_intents, m_pred = main
+    m_probs, m_dist, m_intents, m_pair, m_pred = main
     cfg = RouterConfig.load()
     routed = route_rows(
         m_probs,
@@ -171,6 +173,7 @@ def _compound_section(predictor, ds: LabeledData, tau: float, data: LabeledData,
         distance=m_dist,
         distance_threshold=limit,
         intents=m_intents,
+        pair_confidence=m_pair,
         config=cfg,
     )
     data_single = {

@@ -7,7 +7,8 @@ Optional attributes read by reports: ``backend``, ``variant``, ``model_id``, ``m
 a predictor with an in-scope distance also has ``distance_threshold`` and
 ``predict_with_distance(texts) -> (probabilities, distances)``; one with a compound head has
 ``compound_intents``, ``compound_spec`` (the manifest's compound section) and
-``predict_compound(texts) -> (probabilities, distances, intent scores, intents per message)``.
+``predict_compound(texts) -> (probabilities, distances, intent scores, intents per message, clauses per
+message)``.
 """
 
 from __future__ import annotations
@@ -62,10 +63,10 @@ class OnnxPredictor:
 
     def predict_compound(
         self, texts: Sequence[str]
-    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, list[list[str]]]:
-        probs, dist, scores, intents = self.classifier.predict_compound(list(texts))
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, list[list[str]], list[list[dict]]]:
+        probs, dist, scores, intents, clauses = self.classifier.predict_compound(list(texts))
         d = None if dist is None else np.asarray(dist, np.float64)
-        return np.asarray(probs, dtype=np.float64), d, np.asarray(scores, dtype=np.float64), intents
+        return np.asarray(probs, dtype=np.float64), d, np.asarray(scores, dtype=np.float64), intents, clauses
 
 
 def load_onnx_predictor(model: str | Path, variant: str | None = None) -> OnnxPredictor:

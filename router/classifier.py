@@ -182,20 +182,27 @@ class Classifier:
 
     def predict_compound(
         self, texts: Sequence[str]
-    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, list[list[str]]]:
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, list[list[str]], list[list[dict]]]:
         """(probabilities, in-scope distances or None, one-vs-rest intent scores in ``compound_intents``
-        order, each message's intents by router.compound.resolve_intents); the scores are (n, 0) and every
-        message has at most one intent when the model has no compound head."""
+        order, each message's intents by router.compound.resolve_intents, each message's clauses with their
+        top label and probability); the scores are (n, 0) and every message has at most one intent when the
+        model has no compound head."""
         _check_texts(texts)
         if not texts:
             empty = np.zeros(0, dtype=np.float32) if self.distance_threshold is not None else None
             k = len(self.compound_intents)
-            return np.zeros((0, len(self.labels)), dtype=np.float32), empty, np.zeros((0, k), np.float32), []
+            return (
+                np.zeros((0, len(self.labels)), dtype=np.float32),
+                empty,
+                np.zeros((0, k), np.float32),
+                [],
+                [],
+            )
         probs, dist, scores, *_ = self._run(texts)
-        intents, _ = self._intents(texts, probs, scores)
+        intents, clauses = self._intents(texts, probs, scores)
         if scores is None:
             scores = np.zeros((len(texts), 0), np.float32)
-        return probs, dist, scores, intents
+        return probs, dist, scores, intents, clauses
 
     def _intents(self, texts, probs, scores) -> tuple[list[list[str]], list[list[dict]]]:
         primaries = [self.labels[int(j)] for j in probs.argmax(axis=1)]

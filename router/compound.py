@@ -116,6 +116,25 @@ def resolve_batch(
     return intents, details
 
 
+def compound_confidence(
+    probs: Mapping[str, float], intents: Sequence[str], clauses: Sequence[Mapping] = ()
+) -> float:
+    """How sure the model is of ``intents``: the whole message's probability mass on them or, when each
+    of two intents is the top label of one of the message's clauses (``resolve_batch``'s details), the
+    lower of those clauses' probabilities, whichever is higher. A compound message's own softmax spreads
+    over its asks (measured: its top label is the primary for about a third of them), while each clause
+    is read on its own, as a message, by the calibrated model."""
+    whole = sum(float(probs.get(i, 0.0)) for i in intents)
+    if len(intents) < 2:
+        return whole
+    best: dict[str, float] = {}
+    for c in clauses:
+        best[c["label"]] = max(best.get(c["label"], 0.0), float(c["probability"]))
+    if all(i in best for i in intents):
+        return max(whole, min(best[i] for i in intents))
+    return whole
+
+
 def merge_skills(specs: Sequence) -> tuple[list[str], list[str], int]:
     """(required, optional, context budget) of several intents' skill specs (router.config.IntentSkills).
 

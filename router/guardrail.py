@@ -51,6 +51,12 @@ def low_signal_reason(text: str) -> str | None:
     if len(alpha_only) != len(tokens) or len(tokens) > 4:
         return None  # identifiers, numbers or a real sentence: let the classifier judge
     words = [t.strip(".,!?;:'\"()[]") for t in tokens]
-    if all(_gibberish_word(w) for w in words):
+    gibberish = [_gibberish_word(w) for w in words]
+    # a short word without a vowel ("sdf" in "dfgdfg sdf", but also "pdf", "crm") says nothing either way
+    if any(gibberish) and all(g or _short_without_vowel(w) for g, w in zip(gibberish, words, strict=True)):
         return "random_characters"
     return None
+
+
+def _short_without_vowel(word: str) -> bool:
+    return len(word) < 4 and not any(c in _VOWELS for c in word.lower())

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from router import env as envvars
 from router.classifier import Classification, Classifier
-from router.compound import merge_skills
+from router.compound import compound_confidence, merge_skills
 from router.config import RouterConfig, validate_threshold
 from router.decision import (
     Decision,
@@ -201,7 +201,7 @@ class Router:
         primary = c.intents[0] if c.intents else c.label  # a compound request: its end goal first
         secondary = c.intents[1] if len(c.intents) > 1 else None
         probs = dict(c.ranking)
-        pair = sum(probs.get(i, 0.0) for i in c.intents)
+        pair = compound_confidence(probs, c.intents, c.clauses)
         if not scope.signals and (c.confidence >= self.threshold or pair >= self.threshold):
             detail = {"threshold": self.threshold}
             reason = ReasonCode.CONFIDENT

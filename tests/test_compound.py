@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from router.clauses import split_clauses
-from router.compound import merge_skills, resolve_intents, stacked_scores
+from router.compound import compound_confidence, merge_skills, resolve_intents, stacked_scores
 from router.config import RouterConfig
 from router.manifest import Compound, ModelError, load_manifest
 from router.routing import Router
@@ -124,6 +124,40 @@ def test_merged_skills_are_the_union_and_the_budget_counts_new_skills_only():
     )
 
 
+def test_compound_confidence_reads_the_clauses_when_the_whole_message_spreads():
+    probs = {"PLANNING": 0.5, "REASONING": 0.3, "ACTION": 0.15, "SEARCH": 0.05}
+    clauses = [
+        {"text": "figure out which plan yields more", "label": "REASONING", "probability": 0.93},
+        {"text": "place the order with the coop", "label": "ACTION", "probability": 0.81},
+        {"text": "thanks a lot", "label": "OUT_OF_SCOPE", "probability": 0.99},
+    ]
+    # each intent leads a clause: the weaker clause decides, since it beats the mass on the pair (0.45)
+    assert compound_confidence(probs, ["ACTION", "REASONING"], clauses) == pytest.approx(0.81)
+    # an intent no clause leads: the whole message's mass on the pair
+    assert compound_confidence(probs, ["ACTION", "SEARCH"], clauses) == pytest.approx(0.2)
+    # the mass wins when it is higher; a single intent is its own probability
+    assert compound_confidence(probs, ["PLANNING", "REASONING"], clauses[:1]) == pytest.approx(0.8)
+    assert compound_confidence(probs, ["PLANNING"], clauses) == pytest.approx(0.5)
+
+
+def test_eval_accepts_a_compound_request_on_its_clauses_as_the_router_does():
+    from eval.compound import route_rows
+
+    labels = ["ACTION", "MEMORY", "OUT_OF_SCOPE", "PLANNING", "REASONING", "SEARCH"]
+    probs = np.array([[0.15, 0.0, 0.0, 0.5, 0.3, 0.05]])
+    spread = route_rows(probs, labels, 0.75, intents=[["ACTION", "REASONING"]], config=CONFIG)
+    sure = route_rows(
+        probs,
+        labels,
+        0.75,
+        intents=[["ACTION", "REASONING"]],
+        pair_confidence=np.array([0.81]),
+        config=CONFIG,
+    )
+    assert spread.status == ["fallback"] and sure.status == ["accepted"]
+    assert {"action", "synthesis"} <= set(sure.skills[0]) and "action" not in spread.skills[0]
+
+
 # ------------------------------------------------------------------------- head, graph, router
 @pytest.fixture(scope="module")
 def compound_router(tiny_exported):
@@ -173,8 +207,8 @@ def test_graph_scores_and_intents_equal_the_pytorch_side(tiny_trained, tiny_expo
         "why did churn go up",
         "run the export, then notify ops",
     ]
-    _, _, ref, ref_intents = torch_model.predict_compound(texts)
-    _, _, ours, intents = Classifier(model_dir, variant="fp32").predict_compound(texts)
+    _, _, ref, ref_intents, _ = torch_model.predict_compound(texts)
+    _, _, ours, intents, _ = Classifier(model_dir, variant="fp32").predict_compound(texts)
     assert ours.shape == (4, 5)
     np.testing.assert_allclose(ours, ref, atol=1e-4)
     assert intents == ref_intents

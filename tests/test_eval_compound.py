@@ -220,7 +220,7 @@ class _Stub:
     def _predict_compound(self, texts):
         scores = [_scores(**dict.fromkeys(self.rows[t], 0.9)) for t in texts]
         intents = [[x for x in self.rows[t] if x != "OUT_OF_SCOPE"] for t in texts]
-        return self.predict_proba(texts), None, np.array(scores), intents
+        return self.predict_proba(texts), None, np.array(scores), intents, [[] for _ in texts]
 
 
 def _rows(path):

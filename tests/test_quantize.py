@@ -88,10 +88,12 @@ def test_keep_recipes_come_between_the_fast_and_the_faithful_one():
     from training.quantize import ALL_RECIPES, DEFAULT_RECIPES, RECIPES, kept_count
 
     for order in (DEFAULT_RECIPES, ALL_RECIPES):
-        assert order[0] == "rowscaled-int8" and order[-1] == "nbits8-b32"
-    counts = [kept_count(r) for r in ALL_RECIPES[1:-1]]
+        assert order[0] == "rowscaled-int8" and order[-2:] == ("fused-nbits8-b32", "nbits8-b32")
+    counts = [kept_count(r) for r in ALL_RECIPES[1:-2]]
     assert counts == sorted(counts) and counts[0] > 0
-    assert set(ALL_RECIPES) == set(RECIPES) and kept_count("nbits8-b32") == 0
+    assert (
+        set(ALL_RECIPES) == set(RECIPES) and kept_count("nbits8-b32") == kept_count("fused-nbits8-b32") == 0
+    )
 
 
 def test_unknown_recipe_is_refused_before_any_work(tmp_path):
@@ -249,7 +251,7 @@ def test_parity_gate_fails_a_graph_that_disagrees(tiny_exported):
     manifest = load_manifest(model_dir)
     texts = load_labeled(Path(__file__).parent / "fixtures" / "tiny" / "test.jsonl").texts
     clf = Classifier(model_dir, variant="int8", manifest=manifest, require_parity=False)
-    probs, dist, scores, intents = clf.predict_compound(texts)
+    probs, dist, scores, intents, _ = clf.predict_compound(texts)
     ref = (probs, dist, scores, intents)
     assert check_parity(None, model_dir, manifest, texts, lambda _: None, ["int8"], ref=ref) == []
     moved = np.roll(probs, 1, axis=1)  # the reference's top-1 is another label for every message

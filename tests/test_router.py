@@ -193,7 +193,9 @@ def test_follow_up_keeps_previous_intent(tiny_exported):
 
 
 # -------------------------------------------------------------------------------------- guardrail
-@pytest.mark.parametrize("text", ["", "   \n\t", "???", "...!!", "👍👍", "🙂", "asdfgh", "jjjjjjj", "xqzvbn"])
+@pytest.mark.parametrize(
+    "text", ["", "   \n\t", "???", "...!!", "👍👍", "🙂", "asdfgh", "jjjjjjj", "xqzvbn", "dfgdfg sdf"]
+)
 def test_low_signal_never_reaches_verifier(tiny_exported, text):
     model_dir, _ = tiny_exported
     v = FixedVerifier("ACTION")
@@ -202,7 +204,9 @@ def test_low_signal_never_reaches_verifier(tiny_exported, text):
     assert d.skills.all == [] and v.calls == 0
 
 
-@pytest.mark.parametrize("text", ["k8s", "INC0012345", "restart nginx", "ok", "strengths and weaknesses"])
+@pytest.mark.parametrize(
+    "text", ["k8s", "INC0012345", "restart nginx", "ok", "strengths and weaknesses", "crm pdf", "sql"]
+)
 def test_real_short_messages_pass_the_guardrail(tiny_router, text):
     assert tiny_router.route(text, role="admin").source != "guardrail"
 

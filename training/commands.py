@@ -104,7 +104,7 @@ def export(
         True, "--keep-fp32/--drop-fp32", help="Keep the fp32 graph after the int8 one is made."
     ),
     recipes: str = Opt(
-        "rowscaled-int8,nbits8-b32",
+        "rowscaled-int8,fused-nbits8-b32,nbits8-b32",
         help="int8 recipes to try, fastest first; also rowscaled-int8-keep2/4/6 (docs/speed.md).",
     ),
 ) -> None:

@@ -259,9 +259,9 @@ class IntentModel:
 
     def predict_compound(
         self, texts: Sequence[str]
-    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, list[list[str]]]:
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, list[list[str]], list[list[dict]]]:
         """(calibrated probabilities, in-scope distances or None, one-vs-rest intent scores, intents by
-        router.compound.resolve_intents), as the exported graph and the router give them."""
+        router.compound.resolve_intents, clauses), as the exported graph and the router give them."""
         from router.compound import resolve_batch
 
         texts = list(texts)
@@ -272,16 +272,17 @@ class IntentModel:
                 (None if self.scope is None else np.zeros(0)),
                 np.zeros((0, k)),
                 [],
+                [],
             )
         emb = self.encode(texts)
         probs = softmax(self._head_logits(emb), self.temperature)
         dist = self.scope.distance(emb) if self.scope is not None else None
         scores = self.compound.scores(emb) if self.compound is not None else None
         primaries = [self.labels[i] for i in probs.argmax(axis=1)]
-        intents, _ = resolve_batch(
+        intents, clauses = resolve_batch(
             texts, primaries, self.compound_spec, scores, self.labels, self.predict_proba
         )
-        return probs, dist, scores if scores is not None else np.zeros((len(texts), 0)), intents
+        return probs, dist, scores if scores is not None else np.zeros((len(texts), 0)), intents, clauses
 
     @property
     def distance_threshold(self) -> float | None:

@@ -70,7 +70,7 @@ def reference(
     if not texts:
         raise ValueError("parity needs at least one text")
     if getattr(model, "compound_spec", None) is not None:
-        return model.predict_compound(list(texts))
+        return model.predict_compound(list(texts))[:4]
     return (*model.predict_with_distance(list(texts)), None, None)
 
 
@@ -132,7 +132,7 @@ def check_parity(
             clf = Classifier(
                 model_dir, variant=name, manifest=manifest, require_parity=False, max_batch=batch
             )
-            probs, dist, scores, intents = clf.predict_compound(text.texts)
+            probs, dist, scores, intents, _ = clf.predict_compound(text.texts)
             same = probs.argmax(1) == torch_probs.argmax(1)
             scope = diff = sets = sdiff = None
             if torch_dist is not None and dist is not None and limit is not None:

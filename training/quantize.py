@@ -11,8 +11,11 @@ All work on any BERT-style encoder the export writes (nothing is tied to the shi
 - ``rowscaled-int8-keepK``: the same, except the K encoder nodes whose int8 version alone moves the
   probabilities most on a calibration sample (``rank_sensitivity``, measured at export) are left out:
   their MatMuls become MatMulNBits 8-bit (block 32), a fused Attention stays fp32.
-- ``nbits8-b32`` (faithful): MatMulNBits 8-bit weights in blocks of 32, accuracy_level 4 (activations in
-  int8 per block of 32), on the graph without attention fusion; embedding Gather dynamic int8.
+- ``fused-nbits8-b32`` (faithful): the fused graph, its encoder MatMuls MatMulNBits 8-bit (block 32,
+  accuracy_level 4: activations int8 per block of 32), the fused Attention (Q, K, V and the scores) fp32;
+  the embedding lookup is left unfused so that its Gather goes dynamic int8 (the table is most of the size).
+- ``nbits8-b32``: MatMulNBits 8-bit weights in blocks of 32, accuracy_level 4, on the graph without
+  attention fusion, so the Q, K and V projections go int8 too; embedding Gather dynamic int8.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ NBITS_BLOCK = 32
 RECIPES = {
     "rowscaled-int8": "fused attention; per-token scaled MatMuls; dynamic int8, per-channel weights "
     "(MatMulInteger, QAttention)",
+    "fused-nbits8-b32": "fused attention kept fp32; encoder MatMuls MatMulNBits 8-bit weights, block 32, "
+    "symmetric, accuracy_level 4",
     "nbits8-b32": "MatMulNBits 8-bit weights, block 32, symmetric, accuracy_level 4; "
     "dynamic int8 embedding Gather",
 }
@@ -37,9 +42,15 @@ for _k in KEEP_STEPS:
     )
 # Fastest first; export keeps the first that passes with margin. The -keepK recipes are opt-in
 # (`export --recipes`): their sensitivity pass costs about a minute and, on the shipped model, they
-# kept less than half of rowscaled-int8's speed-up (docs/speed.md).
-DEFAULT_RECIPES = ("rowscaled-int8", "nbits8-b32")
-ALL_RECIPES = ("rowscaled-int8", *(f"rowscaled-int8-keep{k}" for k in KEEP_STEPS), "nbits8-b32")
+# kept less than half of rowscaled-int8's speed-up (docs/speed.md). fused-nbits8-b32 comes before
+# nbits8-b32: it is faster (fused attention) and more faithful (attention in fp32).
+DEFAULT_RECIPES = ("rowscaled-int8", "fused-nbits8-b32", "nbits8-b32")
+ALL_RECIPES = (
+    "rowscaled-int8",
+    *(f"rowscaled-int8-keep{k}" for k in KEEP_STEPS),
+    "fused-nbits8-b32",
+    "nbits8-b32",
+)
 
 
 def check_recipes(recipes: Sequence[str]) -> None:
@@ -55,13 +66,17 @@ def kept_count(recipe: str) -> int:
     return int(k) if sep else 0
 
 
-def fuse_transformer(src: Path, dst: Path, num_heads: int, hidden_size: int, attention: bool = True) -> dict:
-    """Run onnxruntime's BERT optimizer; returns the fused operator counts."""
+def fuse_transformer(
+    src: Path, dst: Path, num_heads: int, hidden_size: int, attention: bool = True, embedding: bool = True
+) -> dict:
+    """Run onnxruntime's BERT optimizer; returns the fused operator counts. ``embedding=False`` leaves the
+    embedding lookup a plain Gather (which dynamic int8 can quantize) instead of EmbedLayerNormalization."""
     from onnxruntime.transformers import optimizer
     from onnxruntime.transformers.fusion_options import FusionOptions
 
     opts = FusionOptions("bert")
     opts.enable_attention = attention
+    opts.enable_embed_layer_norm = embedding
     model = optimizer.optimize_model(
         str(src),
         model_type="bert",
@@ -165,6 +180,16 @@ def _nbits(model, dst: Path, nodes: Sequence[str] | None = None) -> None:
     quantizer.model.save_model_to_file(str(dst))
 
 
+def _attention_shape(model) -> tuple[int, int] | None:
+    """(num_heads, hidden_size) of a graph's fused Attention nodes, None when it has none."""
+    inits = {i.name: i for i in model.graph.initializer}
+    for n in model.graph.node:
+        if n.op_type == "Attention" and n.input[1] in inits:
+            heads = next(a.i for a in n.attribute if a.name == "num_heads")
+            return int(heads), int(inits[n.input[1]].dims[0])
+    return None
+
+
 def rank_sensitivity(fused: Path, feeds: Sequence[dict]) -> list[tuple[str, float]]:
     """Each encoder node quantized alone (rowscaled-int8): the largest probability change it causes on
     ``feeds`` against the fp32 graph, most sensitive first. Model-agnostic: measured, not assumed."""
@@ -195,6 +220,19 @@ def quantize(recipe: str, fused: Path, plain: Path, dst: Path, keep: Sequence[st
     check_recipes([recipe])
     if recipe.startswith("rowscaled-int8"):
         _rowscaled(fused, dst, keep=list(keep)[: kept_count(recipe)])  # fewer when the model has fewer
+    elif recipe == "fused-nbits8-b32":
+        heads = _attention_shape(onnx.load(str(fused)))
+        with tempfile.TemporaryDirectory(prefix="int8-") as tmp:
+            staged, nbits = Path(tmp) / "fused.onnx", Path(tmp) / "nbits.onnx"
+            if heads is None:  # attention was not fused: the plain graph
+                staged = plain
+            else:
+                fuse_transformer(plain, staged, *heads, embedding=False)
+            model = onnx.load(str(staged))
+            _nbits(model, nbits, transformer_nodes(model, attention=False))
+            quantize_dynamic(
+                str(nbits), str(dst), weight_type=QuantType.QInt8, op_types_to_quantize=["Gather"]
+            )
     else:  # nbits8-b32
         with tempfile.TemporaryDirectory(prefix="int8-") as tmp:
             staged = Path(tmp) / "matmul_nbits.onnx"
