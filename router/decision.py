@@ -26,7 +26,7 @@ class ReasonCode(str, Enum):
     OUT_OF_SCOPE = "out_of_scope"  # none of the five intents (chit-chat): no skill, reply directly
     FOLLOW_UP_UNVERIFIED = "follow_up_unverified"  # out of scope or unsure, no verifier: previous intent kept
     CONFIDENT_COMPOUND = (
-        "confident_compound"  # two requested intents share the confidence: together >= threshold
+        "confident_compound"  # two requested intents are sure enough together (router.compound)
     )
 
 
