@@ -30,7 +30,7 @@ class TrainConfig(BaseModel):
     seed: int = 42
     # Contrastive phase. With length-bucketed batches this corpus trains at 32-37 pairs/s on 2 idle cores
     # (18 without buckets), so 460 steps x 32 pairs take 7.5-8 minutes and the whole build 9.5 minutes.
-    # On the 4,700-row corpus (seed 42): 460 steps 96.8% in-scope test accuracy, 500 steps 96.8% but a
+    # On the 4,668-row corpus (seed 42): 460 steps 96.8% in-scope test accuracy, 500 steps 96.8% but a
     # 622 s build.
     batch_size: int = Field(32, ge=2)
     num_epochs: int = Field(1, ge=1)
