@@ -17,7 +17,7 @@ Skills of several intents are merged here too.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -51,15 +51,10 @@ def resolve_intents(
     if spec is None or not scores:
         return [primary]
     t = spec.threshold if threshold is None else threshold
-    best: dict[str, float] = {}  # clause intents: best probability of each clause's top intent
-    clause_best: dict[str, float] = {}  # every intent: its best probability over the clauses
-    for probs in clause_probs:
-        for label, p in probs.items():
-            clause_best[label] = max(clause_best.get(label, 0.0), float(p))
-        top = max(probs, key=probs.get)
-        if top in INTENTS and probs[top] >= spec.clause_min:
-            best[top] = max(best.get(top, 0.0), float(probs[top]))
-    stacked = stacked_scores(spec, scores, clause_best)
+    tops = [max(probs.items(), key=lambda kv: kv[1]) for probs in clause_probs]
+    # clause intents: the best probability of each intent among the clauses it leads
+    best = best_by_label({top: p} for top, p in tops if top in INTENTS and p >= spec.clause_min)
+    stacked = stacked_scores(spec, scores, best_by_label(clause_probs))
     if len(best) >= 2:
         a, b = sorted(best, key=lambda k: -best[k])[:2]
         if all(x == primary or stacked.get(x, 0.0) >= t for x in (a, b)):
@@ -70,6 +65,29 @@ def resolve_intents(
         if others[k] >= max(t, spec.whole_threshold):
             return order_pair(spec, primary, k, primary)
     return [primary]
+
+
+def best_by_label(rows: Iterable[Mapping[str, float]]) -> dict[str, float]:
+    """Each label's best probability over ``rows`` (label -> probability each; {} without rows)."""
+    out: dict[str, float] = {}
+    for row in rows:
+        for label, p in row.items():
+            out[label] = max(out.get(label, 0.0), float(p))
+    return out
+
+
+def classify_clauses(
+    split: Sequence[Sequence[str]], labels: Sequence[str], predict: Callable[[list[str]], np.ndarray]
+) -> list[list[dict[str, float]]]:
+    """Each message's clauses as label -> probability, all of them classified in one ``predict`` call
+    (calibrated probabilities in ``labels`` order)."""
+    flat = [c for clauses in split for c in clauses]
+    probs = predict(flat) if flat else np.zeros((0, len(labels)))
+    out, j = [], 0
+    for clauses in split:
+        out.append([dict(zip(labels, map(float, probs[j + n]), strict=True)) for n in range(len(clauses))])
+        j += len(clauses)
+    return out
 
 
 def order_pair(spec, a: str, b: str, primary: str) -> list[str]:
@@ -99,12 +117,8 @@ def resolve_batch(
     if spec is None or scores is None:
         return [[p] if p in INTENTS else [] for p in primaries], [[] for _ in texts]
     split = [split_clauses(t) if p in INTENTS else [] for t, p in zip(texts, primaries, strict=True)]
-    flat = [c for s in split for c in s]
-    probs = predict(flat) if flat else np.zeros((0, len(labels)))
-    intents, details, j = [], [], 0
-    for i, clauses in enumerate(split):
-        rows = [dict(zip(labels, map(float, probs[j + n]), strict=True)) for n in range(len(clauses))]
-        j += len(clauses)
+    intents, details = [], []
+    for i, (clauses, rows) in enumerate(zip(split, classify_clauses(split, labels, predict), strict=True)):
         row_scores = dict(zip(spec.intents, map(float, scores[i]), strict=True))
         intents.append(resolve_intents(primaries[i], spec, row_scores, rows, threshold))
         details.append(
@@ -127,9 +141,7 @@ def compound_confidence(
     whole = sum(float(probs.get(i, 0.0)) for i in intents)
     if len(intents) < 2:
         return whole
-    best: dict[str, float] = {}
-    for c in clauses:
-        best[c["label"]] = max(best.get(c["label"], 0.0), float(c["probability"]))
+    best = best_by_label({c["label"]: c["probability"]} for c in clauses)
     if all(i in best for i in intents):
         return max(whole, min(best[i] for i in intents))
     return whole

@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from eval.calibration import softmax
+from router.clauses import split_clauses
+from router.compound import best_by_label, classify_clauses, resolve_batch
 from router.intents import OUT_OF_SCOPE
 from router.manifest import MANIFEST_NAME, Manifest, ModelError, load_manifest
 from training.compound_head import CompoundHead
@@ -192,7 +194,7 @@ class IntentModel:
             report(f"in-scope distance fitted on {len(in_scope)} classes: {time.perf_counter() - t0:.1f}s")
         if any(secondary):
             t0 = time.perf_counter()
-            clause_best = [_best(rows) for rows in self.clause_probabilities(texts)]
+            clause_best = [best_by_label(rows) for rows in self.clause_probabilities(texts)]
             self.compound = CompoundHead.fit(
                 emb, _label_sets(labels, secondary), clause_best, c=config.compound_head_c, seed=config.seed
             )
@@ -244,26 +246,13 @@ class IntentModel:
 
     def clause_probabilities(self, texts: Sequence[str]) -> list[list[dict[str, float]]]:
         """Per message, each of its clauses (router.clauses) as label -> calibrated probability."""
-        from router.clauses import split_clauses
-
-        split = [split_clauses(t) for t in texts]
-        flat = [c for s in split for c in s]
-        probs = self.predict_proba(flat) if flat else np.zeros((0, len(self.labels)))
-        out, j = [], 0
-        for clauses in split:
-            out.append(
-                [dict(zip(self.labels, map(float, probs[j + n]), strict=True)) for n in range(len(clauses))]
-            )
-            j += len(clauses)
-        return out
+        return classify_clauses([split_clauses(t) for t in texts], self.labels, self.predict_proba)
 
     def predict_compound(
         self, texts: Sequence[str]
     ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, list[list[str]], list[list[dict]]]:
         """(calibrated probabilities, in-scope distances or None, one-vs-rest intent scores, intents by
         router.compound.resolve_intents, clauses), as the exported graph and the router give them."""
-        from router.compound import resolve_batch
-
         texts = list(texts)
         if not texts:
             k = len(self.compound_intents)
@@ -377,15 +366,6 @@ def _label_sets(labels: Sequence[str], secondary: Sequence[str | None]) -> list[
     return [
         [] if l == OUT_OF_SCOPE else [l] + ([s] if s else []) for l, s in zip(labels, secondary, strict=True)
     ]
-
-
-def _best(clause_rows: list[dict[str, float]]) -> dict[str, float]:
-    """Each label's best probability over a message's clauses ({} without clauses)."""
-    out: dict[str, float] = {}
-    for row in clause_rows:
-        for label, p in row.items():
-            out[label] = max(out.get(label, 0.0), p)
-    return out
 
 
 def _contrastive_rows(ds, oos_rows: int | None, seed: int):
