@@ -220,23 +220,17 @@ def quantize(recipe: str, fused: Path, plain: Path, dst: Path, keep: Sequence[st
     check_recipes([recipe])
     if recipe.startswith("rowscaled-int8"):
         _rowscaled(fused, dst, keep=list(keep)[: kept_count(recipe)])  # fewer when the model has fewer
-    elif recipe == "fused-nbits8-b32":
-        heads = _attention_shape(onnx.load(str(fused)))
+    else:  # the nbits8 recipes: MatMulNBits, then the embedding Gather dynamic int8
+        fused_recipe = recipe == "fused-nbits8-b32"
+        heads = _attention_shape(onnx.load(str(fused))) if fused_recipe else None
         with tempfile.TemporaryDirectory(prefix="int8-") as tmp:
-            staged, nbits = Path(tmp) / "fused.onnx", Path(tmp) / "nbits.onnx"
-            if heads is None:  # attention was not fused: the plain graph
-                staged = plain
-            else:
-                fuse_transformer(plain, staged, *heads, embedding=False)
-            model = onnx.load(str(staged))
-            _nbits(model, nbits, transformer_nodes(model, attention=False))
-            quantize_dynamic(
-                str(nbits), str(dst), weight_type=QuantType.QInt8, op_types_to_quantize=["Gather"]
-            )
-    else:  # nbits8-b32
-        with tempfile.TemporaryDirectory(prefix="int8-") as tmp:
-            staged = Path(tmp) / "matmul_nbits.onnx"
-            _nbits(onnx.load(str(plain)), staged)
+            source, staged = plain, Path(tmp) / "matmul_nbits.onnx"
+            if heads is not None:  # fused attention, the embedding lookup left a Gather
+                source = Path(tmp) / "fused.onnx"
+                fuse_transformer(plain, source, *heads, embedding=False)
+            model = onnx.load(str(source))
+            # fused-nbits8-b32 keeps to the encoder's MatMuls; nbits8-b32 takes every MatMul
+            _nbits(model, staged, transformer_nodes(model, attention=False) if fused_recipe else None)
             quantize_dynamic(
                 str(staged), str(dst), weight_type=QuantType.QInt8, op_types_to_quantize=["Gather"]
             )
