@@ -5,7 +5,8 @@ Per message, two predictions:
 - *classifier level* (before the threshold): the intents ``router.compound.resolve_intents`` gives
   (the predictor's ``predict_compound``), or the arg-max label;
 - *router level* (no verifier): out of scope (eval.scope.outcomes) loads nothing; an accepted message
-  (top-1 confidence, or a compound message's two intents together, >= tau) loads the skills of its
+  (top-1 confidence, or the confidence in a compound message's two intents by
+  ``router.compound.compound_confidence``, >= tau) loads the skills of its
   intents (the primary and, by the same rule, the second); a message below tau loads the skills of the
   config's fallback intents. Skills and budget are ``router.compound.merge_skills``.
 

@@ -154,6 +154,7 @@ def _compound_section(predictor, ds: LabeledData, tau: float, data: LabeledData,
     compound, and the skills the router loads per message of the main data."""
     probs, dist, intents, pair = predict_scored(predictor, ds.texts)
     limit = getattr(predictor, "distance_threshold", None)
+    cfg = RouterConfig.load()
     metrics = compound_metrics(
         probs,
         predictor.labels,
@@ -162,10 +163,10 @@ def _compound_section(predictor, ds: LabeledData, tau: float, data: LabeledData,
         distance=dist,
         distance_threshold=limit,
         pair_confidence=pair,
+        config=cfg,
         **head_arguments(predictor, intents),
     )
     m_probs, m_dist, m_intents, m_pair, m_pred = main
-    cfg = RouterConfig.load()
     routed = route_rows(
         m_probs,
         predictor.labels,

@@ -28,7 +28,8 @@ def outcomes(
 ) -> dict[str, np.ndarray]:
     """Per message: ``pred`` (arg-max index), ``by_classifier`` and ``by_distance`` (the out-of-scope
     signals), ``out_of_scope`` (either), ``accepted`` (routed to its intent) and ``below``.
-    ``pair_confidence`` (a compound message's two intents together) also accepts, as the router does."""
+    ``pair_confidence`` (the confidence in a compound message's two intents,
+    router.compound.compound_confidence) also accepts, as the router does."""
     probs = np.asarray(probs, dtype=np.float64)
     n = len(probs)
     pred, conf = (probs.argmax(axis=1), probs.max(axis=1)) if n else (np.zeros(0, int), np.zeros(0))
