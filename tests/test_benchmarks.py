@@ -176,5 +176,21 @@ def test_run_benchmark_clinc_oos_class(tmp_path):
     assert wd["oos_recall"] >= o["extra_class"]["oos_recall"]
     assert wd["in_scope_accuracy"] <= o["extra_class"]["in_scope_accuracy"]
     assert any(m.startswith("extra class + distance") for m, _ in format_summary(res))
+    # the operating points: a lower keep can only flag more, on val and on test
+    pts = o["operating_points"]
+    for split in ("val", "test"):
+        recall = [p[split]["oos_recall"] for p in pts["curve"]]
+        in_scope = [p[split]["in_scope_accuracy"] for p in pts["curve"]]
+        assert recall == sorted(recall) and in_scope == sorted(in_scope, reverse=True)
+    chosen = pts["chosen_on_val"]  # fixture val: chosen there, meeting the floor there
+    assert chosen is None or chosen["val"]["in_scope_accuracy"] >= pts["in_scope_floor"] == 0.92
+    loose = run_benchmark(
+        *("clinc150", CLINC),
+        **dict(shots=2, seeds=1, max_steps=4, batch_size=8, report=lambda _: None, oos_class=True),
+        in_scope_floor=0.0,
+    )
+    best = loose["runs"][0]["oos_class"]["operating_points"]["chosen_on_val"]
+    assert best["val"]["oos_recall"] >= max(p["val"]["oos_recall"] for p in pts["curve"])
+    assert any(m.startswith("operating point") for m, _ in format_summary(loose))
     with pytest.raises(ValueError, match="oos_class"):
         run_benchmark("banking77", CLINC, oos_class=True, report=lambda _: None)

@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 
 from router.clauses import split_clauses
-from router.compound import compound_confidence, merge_skills, resolve_intents, stacked_scores
+from router.compound import (
+    clause_floor,
+    compound_confidence,
+    merge_skills,
+    resolve_batch,
+    resolve_intents,
+    stacked_scores,
+)
 from router.config import RouterConfig
 from router.manifest import Compound, ModelError, load_manifest
 from router.routing import Router
@@ -103,6 +110,45 @@ def test_no_intents_out_of_scope_and_one_without_a_compound_head():
     assert resolve_intents("OUT_OF_SCOPE", SPEC, LOW, [_clause(ACTION=0.9), _clause(SEARCH=0.9)]) == []
     assert resolve_intents("ACTION", None, LOW) == ["ACTION"]
     assert resolve_intents("ACTION", SPEC, None) == ["ACTION"]
+
+
+def test_the_clause_floor_is_where_the_best_clause_can_first_confirm_an_intent():
+    floor = clause_floor(SPEC)
+    best = {"ACTION": 1.0, "SEARCH": 1.0}  # the clause terms at their maximum
+    clauses = [_clause(SEARCH=1.0), _clause(ACTION=1.0)]
+    below, above = (
+        {**LOW, "SEARCH": 0.9, "ACTION": floor * 0.99},
+        {**LOW, "SEARCH": 0.9, "ACTION": floor * 1.01},
+    )
+    assert (
+        stacked_scores(SPEC, below, best)["ACTION"]
+        < SPEC.threshold
+        <= stacked_scores(SPEC, above, best)["ACTION"]
+    )
+    assert resolve_intents("SEARCH", SPEC, below, clauses) == ["SEARCH"]
+    assert resolve_intents("SEARCH", SPEC, above, clauses) == ["ACTION", "SEARCH"]
+    assert clause_floor(SPEC, threshold=0.2) < floor  # a lower threshold lowers the floor
+
+
+def test_resolve_batch_reads_clauses_only_of_messages_the_floor_lets_through():
+    labels = ["ACTION", "MEMORY", "OUT_OF_SCOPE", "PLANNING", "REASONING", "SEARCH"]
+    seen: list[str] = []
+
+    def predict(texts):  # each clause reads as the intent its first word names
+        seen.extend(texts)
+        names = {"find": "SEARCH", "email": "ACTION", "fetch": "SEARCH", "send": "ACTION"}
+        return np.array([[float(names[t.split()[0]] == l) for l in labels] for t in texts])
+
+    floor = clause_floor(SPEC)
+    texts = ["find the deck and email it to Maria", "fetch the memo and send it to Ana"]
+    order = list(SPEC.intents)
+    scores = np.full((2, len(order)), 0.001)
+    scores[:, order.index("SEARCH")] = 0.9
+    scores[0, order.index("ACTION")] = floor * 1.01
+    scores[1, order.index("ACTION")] = floor * 0.99
+    intents, details = resolve_batch(texts, ["SEARCH", "SEARCH"], SPEC, scores, labels, predict)
+    assert intents == [["ACTION", "SEARCH"], ["SEARCH"]]
+    assert seen == split_clauses(texts[0]) and details[1] == []
 
 
 def test_merged_skills_are_the_union_and_the_budget_counts_new_skills_only():

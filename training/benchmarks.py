@@ -8,7 +8,8 @@ For CLINC150 the out-of-scope threshold is chosen on val (in-scope val + oos_val
 to test + oos_test: a message is accepted when its top probability is >= tau, and an out-of-scope
 message is caught when it is not accepted. With ``oos_class`` (CLINC150 only) oos_train is trained as
 one more class instead (Larson et al.'s "extra class"): no threshold, arg-max on test + oos_test, and
-again with the in-scope distance on top.
+again with the in-scope distance on top, and at the operating point (distance keep, probability tau)
+chosen on val for an in-scope accuracy floor.
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ import numpy as np
 from training.benchmark_data import BENCHMARKS, BenchmarkDataError, Split, data_files, k_shot, read_benchmark
 
 Reporter = Callable[[str], None]
+
+# --oos-class operating points (_operating_points): the distance threshold keeps `keep` of in-scope val
+DEFAULT_IN_SCOPE_FLOOR = 0.92  # the out-of-scope issue's floor for CLINC150's in-scope accuracy
+KEEPS = (1.0, 0.99, 0.98, 0.97, 0.96, 0.95, 0.94, 0.93, 0.92, 0.9, 0.88, 0.85)
+TAUS = (0.0, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 
 # ------------------------------------------------------------------------------------ runner
@@ -49,6 +55,7 @@ def _seed_run(
     report: Reporter,
     show_progress: bool,
     oos_class: bool = False,
+    in_scope_floor: float = DEFAULT_IN_SCOPE_FLOOR,
 ) -> dict:
     from eval.evaluator import split_metrics
     from eval.thresholds import choose_threshold, in_scope_at_threshold
@@ -56,6 +63,7 @@ def _seed_run(
 
     t_start = time.perf_counter()
     train = k_shot(splits["train"], shots, seed) if shots else splits["train"]
+    val_parts = (splits.get("val"), splits.get("oos_val"))  # before oos_val joins val
     if oos_class:  # Larson et al.'s "extra class": oos_train is one more class; oos_val joins val
         splits = dict(splits)
         train = _with_oos(train, splits["oos_train"])
@@ -89,6 +97,10 @@ def _seed_run(
 
     if oos_class:
         run["oos_class"] = _extra_class_results(model, test, y_test, splits["oos_test"])
+        if all(p is not None for p in val_parts) and model.distance_threshold is not None:
+            run["oos_class"]["operating_points"] = _operating_points(
+                model, val_parts, (test, y_test, splits["oos_test"]), in_scope_floor
+            )
     elif "oos_val" in splits and val is not None:
         oos_val_conf = model.predict_proba(splits["oos_val"].texts).max(axis=1)
         oos_test_conf = model.predict_proba(splits["oos_test"].texts).max(axis=1)
@@ -159,6 +171,56 @@ def _extra_class_results(model, test: Split, y_test: np.ndarray, oos_test: Split
     return out
 
 
+def _operating_points(model, val_parts, test_parts, floor: float) -> dict:
+    """Out of scope when the arg-max is the out-of-scope class, the distance is above the threshold that
+    keeps ``keep`` of in-scope val, or the top probability is under ``tau``. Returns the curve over keep
+    (tau 0) on val and test, and the (keep, tau) with the best val out-of-scope recall among those whose
+    val in-scope accuracy is at least ``floor`` (ties: the better in-scope accuracy), with its test figures.
+    Everything is chosen on val; test is only read."""
+    from router.intents import OUT_OF_SCOPE
+
+    col = model.labels.index(OUT_OF_SCOPE)
+
+    def read(split, labels_known: bool):
+        probs, dist = model.predict_with_distance(split.texts)
+        y = model.label_ids(split.labels) if labels_known else None
+        return probs, dist, y
+
+    (val, oos_val), (test, y_test, oos_test) = val_parts, test_parts
+    v_in, v_oos = read(val, True), read(oos_val, False)
+    t_in = (*model.predict_with_distance(test.texts), y_test)
+    t_oos = read(oos_test, False)
+    limits = {k: (float(np.quantile(v_in[1], k)) if k < 1 else float("inf")) for k in KEEPS}
+
+    def point(ins, oos, limit: float, tau: float) -> dict:
+        def flagged(probs, dist):
+            return (probs.argmax(axis=1) == col) | (dist > limit) | (probs.max(axis=1) < tau)
+
+        correct = (ins[0].argmax(axis=1) == ins[2]) & ~flagged(ins[0], ins[1])
+        return {
+            "in_scope_accuracy": float(correct.mean()),
+            "oos_recall": float(flagged(oos[0], oos[1]).mean()),
+        }
+
+    curve = [
+        {"keep": k, "val": point(v_in, v_oos, limits[k], 0.0), "test": point(t_in, t_oos, limits[k], 0.0)}
+        for k in KEEPS
+    ]
+    grid = [(k, tau, point(v_in, v_oos, limits[k], tau)) for k in KEEPS for tau in TAUS]
+    ok = [g for g in grid if g[2]["in_scope_accuracy"] >= floor]
+    chosen = None
+    if ok:
+        k, tau, on_val = max(ok, key=lambda g: (g[2]["oos_recall"], g[2]["in_scope_accuracy"]))
+        chosen = {
+            "keep": k,
+            "tau": tau,
+            "distance_threshold": limits[k],
+            "val": on_val,
+            "test": point(t_in, t_oos, limits[k], tau),
+        }
+    return {"in_scope_floor": floor, "curve": curve, "chosen_on_val": chosen}
+
+
 def summarize(runs: list[dict]) -> dict:
     out = {
         "accuracy": _spread([r["test"]["accuracy"] for r in runs]),
@@ -179,6 +241,15 @@ def summarize(runs: list[dict]) -> dict:
                 k: _spread([r["oos_class"]["with_distance"][k] for r in runs])
                 for k in ("in_scope_accuracy", "oos_recall", "oos_only_by_distance")
             }
+    chosen = [
+        r["oos_class"].get("operating_points", {}).get("chosen_on_val") for r in runs if "oos_class" in r
+    ]
+    if runs and len(chosen) == len(runs) and all(chosen):
+        out["operating_point_on_val"] = {
+            "in_scope_floor": runs[0]["oos_class"]["operating_points"]["in_scope_floor"],
+            **{k: _spread([c[k] for c in chosen]) for k in ("keep", "tau")},
+            **{k: _spread([c["test"][k] for c in chosen]) for k in ("in_scope_accuracy", "oos_recall")},
+        }
     if runs and all("oos_pooled" in r for r in runs):
         out["pooled_threshold"] = {
             "in_scope_accuracy_at_tau": _spread([r["oos_pooled"]["test_in_scope_accuracy"] for r in runs]),
@@ -210,6 +281,7 @@ def run_benchmark(
     out: str | Path | None = None,
     command: str | None = None,
     oos_class: bool = False,
+    in_scope_floor: float = DEFAULT_IN_SCOPE_FLOOR,
     **train_options,
 ) -> dict:
     """Train and evaluate one SetFit model per seed on a public benchmark; return the results dict.
@@ -218,7 +290,8 @@ def run_benchmark(
     themselves; each seed draws the k-shot sample and seeds training. ``max_steps``, ``batch_size``,
     ``base_model`` and ``train_options`` (any other ``TrainConfig`` field, e.g. ``head_c``) override the
     ``TrainConfig`` defaults. ``oos_class`` (CLINC150) trains oos_train as an out-of-scope class and
-    reports in-scope accuracy and out-of-scope recall with it, and with the in-scope distance on top.
+    reports in-scope accuracy and out-of-scope recall with it, and with the in-scope distance on top, and
+    the operating point chosen on val for ``in_scope_floor`` (training.benchmarks._operating_points).
     With ``out`` the results JSON is written there after every seed (so a long run keeps its progress)
     and at the end, with ``command`` (the command line) recorded."""
     from router.manifest import package_versions
@@ -283,7 +356,9 @@ def run_benchmark(
     t0 = time.perf_counter()
     for seed in seed_list:
         cfg = base_cfg.model_copy(update={"seed": seed})
-        result["runs"].append(_seed_run(name, splits, shots, seed, cfg, report, show_progress, oos_class))
+        result["runs"].append(
+            _seed_run(name, splits, shots, seed, cfg, report, show_progress, oos_class, in_scope_floor)
+        )
         result["summary"] = summarize(result["runs"])
         result["seconds_total"] = round(time.perf_counter() - t0, 2)
         if out is not None and seed != seed_list[-1]:
@@ -324,6 +399,14 @@ def format_summary(result: dict) -> list[tuple[str, str]]:
                 (f"{name}: in-scope accuracy %", pct(s[key]["in_scope_accuracy"])),
                 (f"{name}: out-of-scope recall %", pct(s[key]["oos_recall"])),
             ]
+    if "operating_point_on_val" in s:
+        q = s["operating_point_on_val"]
+        floor = f"val in-scope >= {100 * q['in_scope_floor']:.0f}%"
+        rows += [
+            (f"operating point ({floor}): in-scope accuracy %", pct(q["in_scope_accuracy"])),
+            (f"operating point ({floor}): out-of-scope recall %", pct(q["oos_recall"])),
+            ("operating point: keep, tau", f"{q['keep']['mean']:.2f}, {q['tau']['mean']:.2f}"),
+        ]
     rows.append(
         ("seconds per seed", f"{s['seconds_per_seed']['mean']:.0f} ± {s['seconds_per_seed']['std']:.0f}")
     )

@@ -12,6 +12,7 @@ import typer
 from rich.markup import escape
 
 from router.console import Opt, OutModelDir, TextColumn, command, console, fail, make_verifier, say, table
+from training.benchmarks import DEFAULT_IN_SCOPE_FLOOR
 
 
 @command()
@@ -257,6 +258,13 @@ def bench_dataset(
     oos_class: bool = Opt(
         False, "--oos-class", help="CLINC150: train oos_train as an out-of-scope class (+ in-scope distance)."
     ),
+    in_scope_floor: float = Opt(
+        DEFAULT_IN_SCOPE_FLOOR,
+        min=0.0,
+        max=1.0,
+        help="With --oos-class: the operating point (distance keep, probability tau) is the one with the best "
+        "val out-of-scope recall whose val in-scope accuracy is at least this.",
+    ),
 ) -> dict:
     """Train on a public benchmark (k-shot or full) per seed; report test accuracy mean ± std, and out-of-scope recall for CLINC150."""
     from training.benchmarks import BENCHMARKS, format_summary, run_benchmark
@@ -269,7 +277,7 @@ def bench_dataset(
     result = run_benchmark(
         *(name, path),
         **dict(shots=shots, seeds=seeds, max_steps=max_steps, batch_size=batch_size, base_model=base_model),
-        **dict(report=say, out=out, command=command, oos_class=oos_class),
+        **dict(report=say, out=out, command=command, oos_class=oos_class, in_scope_floor=in_scope_floor),
     )
     hp = result["hyperparameters"]
     kind = f"{shots}-shot" if shots else "full data"
