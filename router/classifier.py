@@ -19,6 +19,9 @@ from router.manifest import Manifest, ModelError, load_manifest, verify_file
 from router.model_card import check_graph_metadata, read_graph_metadata
 
 log = logging.getLogger(__name__)
+# a batch's padded size: past a few hundred tokens a batch runs slower per message than smaller ones (the
+# long tail of lengths pads every row to the longest); docs/speed.md has the measurements
+DEFAULT_MAX_TOKENS = 512
 
 
 class UnstampedGraphWarning(UserWarning):
@@ -57,9 +60,11 @@ class Classifier:
         intra_op_threads: int | None = None,
         require_parity: bool = True,
         max_batch: int = 32,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
     ) -> None:
         self.model_dir = Path(model_dir)
         self.max_batch = max(1, int(max_batch))
+        self.max_tokens = max(1, int(max_tokens))
         self.manifest = manifest or load_manifest(self.model_dir)
         export = self.manifest.export
         if export is None:
@@ -130,12 +135,14 @@ class Classifier:
 
     # ------------------------------------------------------------------------------------- run
     def _run(self, texts: Sequence[str]):
-        """Tokenize, then run the graph in length-sorted chunks so padding stays short; rows come back
+        """Tokenize, then run the graph in length-sorted batches (``_chunks``) so padding stays short; rows come back
         in input order. Returns (probabilities, in-scope distances or None, intent scores or None,
         encodings, tokenize seconds, inference seconds)."""
         t0 = time.perf_counter()
-        encs = (
-            self.tokenizer.encode_batch(list(texts)) if len(texts) > 1 else [self.tokenizer.encode(texts[0])]
+        encs = (  # encode_batch's thread pool pays from 8 texts on (measured: 2-6 clauses encode faster one by one)
+            self.tokenizer.encode_batch(list(texts))
+            if len(texts) >= 8
+            else [self.tokenizer.encode(t) for t in texts]
         )
         t1 = time.perf_counter()
         order = sorted(range(len(encs)), key=lambda i: len(encs[i].ids))
@@ -146,8 +153,7 @@ class Classifier:
             if self.compound_intents
             else None
         )
-        for start in range(0, len(order), self.max_batch):
-            idx = order[start : start + self.max_batch]
+        for idx in _chunks(order, [len(e.ids) for e in encs], self.max_batch, self.max_tokens):
             if len(idx) == 1:  # no padding: the arrays straight from the encoding
                 ids = np.asarray([encs[idx[0]].ids], dtype=np.int64)
                 mask = np.asarray([encs[idx[0]].attention_mask], dtype=np.int64)
@@ -245,6 +251,18 @@ class Classifier:
                 )
             )
         return out
+
+
+def _chunks(order: list[int], lengths: list[int], max_rows: int, max_tokens: int) -> list[list[int]]:
+    """``order`` (indices sorted by length) cut into batches of at most ``max_rows`` rows and, padded to
+    their longest row, ``max_tokens`` tokens (a batch always takes at least one row)."""
+    out: list[list[int]] = []
+    for i in order:
+        if out and len(out[-1]) < max_rows and (len(out[-1]) + 1) * lengths[i] <= max_tokens:
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
 
 
 def _check_texts(texts: Sequence[str]) -> None:

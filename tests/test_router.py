@@ -6,6 +6,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from router.config import RouterConfig
@@ -245,6 +246,32 @@ def test_batch_matches_single_messages(tiny_exported):
         assert (b.intent, b.source, b.skills) == (s.intent, s.source, s.skills)
         if s.confidence is not None:
             assert b.confidence == pytest.approx(s.confidence, abs=1e-4)
+
+
+def test_batches_are_cut_by_rows_and_padded_tokens():
+    from router.classifier import _chunks
+
+    lengths = [5, 40, 6, 7, 8, 100]
+    order = sorted(range(6), key=lengths.__getitem__)  # 0, 2, 3, 4, 1, 5
+    assert _chunks(order, lengths, max_rows=32, max_tokens=32) == [[0, 2, 3, 4], [1], [5]]
+    assert _chunks(order, lengths, max_rows=2, max_tokens=10**6) == [[0, 2], [3, 4], [1, 5]]
+    assert _chunks(order, lengths, max_rows=32, max_tokens=1) == [[i] for i in order]  # a row always fits
+    assert _chunks([], [], 32, 512) == []
+
+
+def test_the_token_budget_changes_how_a_batch_runs_not_what_it_returns(shipped_router):
+    c = shipped_router.classifier
+    texts = [json.loads(line)["text"] for line in (ROOT / "data" / "dev.jsonl").open()][:96]
+    budget = c.max_tokens
+    try:
+        c.max_tokens = 10**6
+        whole = c.predict_proba(texts)
+        c.max_tokens = 64
+        small = c.predict_proba(texts)
+    finally:
+        c.max_tokens = budget
+    # the shipped recipe quantizes activations per row or per block, so a row's batch mates do not move it
+    np.testing.assert_allclose(small, whole, atol=1e-4)
 
 
 def test_many_threads_give_the_same_answers_as_one(tiny_router):
