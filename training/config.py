@@ -63,6 +63,15 @@ class TrainConfig(BaseModel):
     compound_max_single: float = Field(
         0.015, ge=0, le=1, description="Share of dev single-intent messages the threshold may call compound."
     )
+    # Distillation (training/distil.py): after the contrastive phase, a student made of these layers of
+    # the fine-tuned body learns its embeddings; the heads and the export use the student. None: no
+    # student, the heads sit on the fine-tuned body.
+    distil_layers: list[int] | None = Field(
+        None, description="Encoder layers of the fine-tuned body that start the student (e.g. [0, 2, 4])."
+    )
+    distil_epochs: int = Field(8, ge=1)
+    distil_learning_rate: float = Field(1e-4, gt=0)
+    distil_batch_size: int = Field(32, ge=2)
     # Logistic-regression head. C = 16 (weak L2; the temperature fitted on dev absorbs the sharper logits)
     # had the best dev accuracy among C = 0.25-16 on two bodies (+0.5-1 point over C = 1).
     head_c: float = Field(16.0, gt=0)
