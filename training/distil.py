@@ -1,6 +1,6 @@
 """Distillation: a shallower body that reproduces the fine-tuned body's sentence embeddings.
 
-The student starts as the teacher cut down to some of its encoder layers (training.model.keep_layers) and
+The student starts as the teacher cut down to some of its encoder layers (``keep_layers``) and
 learns, by squared error on the normalised embeddings, to give each training message (and each clause the
 router will read) the teacher's embedding. The heads are then fitted on the student, so everything
 downstream (calibration, the in-scope distance, the compound head, export) sees one body, the student.
@@ -35,8 +35,6 @@ def distil_body(
     seeded shuffled order; the learning rate warms up over the first 10% of steps, then decays to 0."""
     import torch
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from training.model import keep_layers
 
     texts = list(dict.fromkeys(texts))
     if not texts:
@@ -87,3 +85,21 @@ def distil_body(
                 )
     student.eval()
     return student
+
+
+def keep_layers(body, layers: Sequence[int]) -> None:
+    """Cut a sentence-transformers body down to ``layers`` of its transformer encoder (in that order); the
+    config's layer count follows, so the checkpoint saves and reloads as the smaller model."""
+    auto = body[0].auto_model
+    blocks = auto.encoder.layer
+    check_layers(layers, len(blocks))
+    import torch
+
+    auto.encoder.layer = torch.nn.ModuleList([blocks[i] for i in layers])
+    auto.config.num_hidden_layers = len(layers)
+
+
+def check_layers(layers: Sequence[int], available: int) -> None:
+    """Raise ValueError unless ``layers`` are distinct encoder layer indices below ``available``."""
+    if not layers or any(not 0 <= i < available for i in layers) or len(set(layers)) != len(layers):
+        raise ValueError(f"distil_layers must be distinct indices in 0..{available - 1}, got {list(layers)}")

@@ -128,6 +128,10 @@ class IntentModel:
             base, labels=labels_in_data, head_params={"C": config.head_c, "max_iter": config.head_max_iter}
         )
         model.model_body.max_seq_length = config.max_seq_length
+        if config.distil_layers is not None:  # fail now, not after the contrastive phase
+            from training.distil import check_layers
+
+            check_layers(config.distil_layers, len(model.model_body[0].auto_model.encoder.layer))
 
         single = [i for i, s in enumerate(secondary) if s is None]
         ds = Dataset.from_dict({"text": [texts[i] for i in single], "label": [labels[i] for i in single]})
@@ -380,19 +384,6 @@ class IntentModel:
                 f"{checkpoint}: head label order {model.labels} differs from the manifest's {manifest.labels}"
             )
         return model
-
-
-def keep_layers(body, layers: Sequence[int]) -> None:
-    """Cut a sentence-transformers body down to ``layers`` of its transformer encoder (in that order); the
-    config's layer count follows, so the checkpoint saves and reloads as the smaller model."""
-    auto = body[0].auto_model
-    blocks = auto.encoder.layer
-    if not layers or any(not 0 <= i < len(blocks) for i in layers) or len(set(layers)) != len(layers):
-        raise ValueError(f"body_layers must be distinct indices in 0..{len(blocks) - 1}, got {list(layers)}")
-    import torch
-
-    auto.encoder.layer = torch.nn.ModuleList([blocks[i] for i in layers])
-    auto.config.num_hidden_layers = len(layers)
 
 
 def _label_sets(labels: Sequence[str], secondary: Sequence[str | None]) -> list[list[str]]:
