@@ -91,15 +91,16 @@ def _seed_run(
 
     test = splits["test"]
     y_test = ids(test.labels)
-    probs = model.predict_proba(test.texts)
+    probs, dist = model.predict_with_distance(test.texts)  # one encoding for every use of test below
     m = split_metrics(probs, y_test, model.labels)
     run["test"] = {k: m[k] for k in ("n", "accuracy", "macro_f1", "ece", "nll")}
 
     if oos_class:
-        run["oos_class"] = _extra_class_results(model, test, y_test, splits["oos_test"])
+        t_in, t_oos = (probs, dist, y_test), model.predict_with_distance(splits["oos_test"].texts)
+        run["oos_class"] = _extra_class_results(model, t_in, t_oos)
         if all(p is not None for p in val_parts) and model.distance_threshold is not None:
             run["oos_class"]["operating_points"] = _operating_points(
-                model, val_parts, (test, y_test, splits["oos_test"]), in_scope_floor
+                model, val_parts, t_in, t_oos, in_scope_floor
             )
     elif "oos_val" in splits and val is not None:
         oos_val_conf = model.predict_proba(splits["oos_val"].texts).max(axis=1)
@@ -141,19 +142,19 @@ def _with_oos(split: Split, oos: Split) -> Split:
     return Split(split.texts + oos.texts, split.labels + [OUT_OF_SCOPE] * len(oos))
 
 
-def _extra_class_results(model, test: Split, y_test: np.ndarray, oos_test: Split) -> dict:
+def _extra_class_results(model, t_in: tuple, t_oos: tuple) -> dict:
     """In-scope accuracy and out-of-scope recall on test + oos_test with the out-of-scope class (arg-max,
     no threshold, as Larson et al.), and with the in-scope distance on top (out of scope when above the
-    threshold fitted on in-scope val)."""
+    threshold fitted on in-scope val). ``t_in`` is test's (probabilities, distances, label ids), ``t_oos``
+    oos_test's (probabilities, distances)."""
     from router.intents import OUT_OF_SCOPE
 
     col = model.labels.index(OUT_OF_SCOPE)
-    probs_in, dist_in = model.predict_with_distance(test.texts)
-    probs_oos, dist_oos = model.predict_with_distance(oos_test.texts)
+    (probs_in, dist_in, y_test), (probs_oos, dist_oos) = t_in, t_oos
     pred_in, pred_oos = probs_in.argmax(axis=1), probs_oos.argmax(axis=1)
     out = {
-        "n_test": len(test),
-        "n_oos_test": len(oos_test),
+        "n_test": len(probs_in),
+        "n_oos_test": len(probs_oos),
         "extra_class": {
             "in_scope_accuracy": float((pred_in == y_test).mean()),
             "oos_recall": float((pred_oos == col).mean()),
@@ -171,25 +172,19 @@ def _extra_class_results(model, test: Split, y_test: np.ndarray, oos_test: Split
     return out
 
 
-def _operating_points(model, val_parts, test_parts, floor: float) -> dict:
+def _operating_points(model, val_parts, t_in: tuple, t_oos: tuple, floor: float) -> dict:
     """Out of scope when the arg-max is the out-of-scope class, the distance is above the threshold that
     keeps ``keep`` of in-scope val, or the top probability is under ``tau``. Returns the curve over keep
     (tau 0) on val and test, and the (keep, tau) with the best val out-of-scope recall among those whose
     val in-scope accuracy is at least ``floor`` (ties: the better in-scope accuracy), with its test figures.
-    Everything is chosen on val; test is only read."""
+    Everything is chosen on val; test (``t_in``, ``t_oos`` as in _extra_class_results) is only read."""
     from router.intents import OUT_OF_SCOPE
 
     col = model.labels.index(OUT_OF_SCOPE)
 
-    def read(split, labels_known: bool):
-        probs, dist = model.predict_with_distance(split.texts)
-        y = model.label_ids(split.labels) if labels_known else None
-        return probs, dist, y
-
-    (val, oos_val), (test, y_test, oos_test) = val_parts, test_parts
-    v_in, v_oos = read(val, True), read(oos_val, False)
-    t_in = (*model.predict_with_distance(test.texts), y_test)
-    t_oos = read(oos_test, False)
+    val, oos_val = val_parts
+    v_in = (*model.predict_with_distance(val.texts), model.label_ids(val.labels))
+    v_oos = model.predict_with_distance(oos_val.texts)
     limits = {k: (float(np.quantile(v_in[1], k)) if k < 1 else float("inf")) for k in KEEPS}
 
     def point(ins, oos, limit: float, tau: float) -> dict:

@@ -133,7 +133,7 @@ def train(
             "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
             "seconds": {
                 "contrastive": round(model.fit_seconds["contrastive"], 2),
-                "distil": round(model.fit_seconds.get("distil", 0.0), 2),
+                "distil": round(model.fit_seconds["distil"], 2),
                 "head": round(model.fit_seconds["head"], 2),
                 "calibration_and_eval": round(calib_seconds, 2),
                 "total": round(time.perf_counter() - t_start, 2),
