@@ -319,3 +319,35 @@ def test_checker_and_loader_agree_on_the_shipped_compound_rows():
         loaded = load_labeled(src)
         assert [tuple(ls) for ls in loaded.label_sets] == [r.labels for r in rows]
         assert loaded.lines == [r.line for r in rows]
+
+
+def test_blind_split_leaks_with_every_other_split(tmp_path):
+    """data/blind.jsonl and compound/blind.jsonl are evaluation text written without the corpus: a text
+    they share with any other file is a leak, and the compound one is checked like the other splits."""
+    five = {
+        "train": [{"text": "pull up the q3 deck", "label": "SEARCH"}],
+        "dev": [{"text": "restart the indexer", "label": "ACTION"}],
+        "test": [{"text": "plan the migration", "label": "PLANNING"}],
+        "oos": [{"text": "hello there"}],
+        "blind": [
+            {"text": "Pull up the Q3 deck", "label": "SEARCH"},  # = train
+            {"text": "hello there!", "label": "OUT_OF_SCOPE"},  # = oos, and an unlabeled row there
+            {"text": "why did churn rise in march", "label": "REASONING"},  # new text: fine
+        ],
+    }
+    compound = {
+        "train": [_row("find the board deck and email it to Maria", "ACTION", "SEARCH", pair="C-1")],
+        "blind": [
+            _row("plan the migration", "PLANNING", "ACTION"),  # = data/test.jsonl
+            _row("find and list the onboarding forms", "SEARCH", pair="B-404"),  # no such compound row
+        ],
+    }
+    report = check_files([_data_dir(tmp_path, compound, five)])
+    assert "blind" in report.class_balance() and "compound/blind" in report.compound_counts()
+    errors = sorted(e[:2] for e in _errors(report))
+    assert errors == [
+        ("compound/blind.jsonl", 1),
+        ("compound/blind.jsonl", 2),
+        ("data/blind.jsonl", 1),
+        ("data/blind.jsonl", 2),
+    ]

@@ -1,4 +1,4 @@
-"""The compound corpus (data/compound/{train,dev,test}.jsonl, data/compound/README.md): row checks,
+"""The compound corpus (data/compound/{train,dev,test,blind}.jsonl, data/compound/README.md): row checks,
 pair-kind and twin-pair checks, and counts. Leakage is checked with the rest of the corpus
 (training.corpus), where compound files are splits of their own.
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from router.intents import INTENTS
 
 COMPOUND_DIR = "compound"
-COMPOUND_SPLITS = ("train", "dev", "test")
+COMPOUND_SPLITS = ("train", "dev", "test", "blind")
 # the unordered pairs of data/compound/README.md, as written there
 PAIR_KINDS = (
     "SEARCH+ACTION",
@@ -48,7 +48,7 @@ def is_compound_file(path: str | Path) -> bool:
 
 
 def compound_files(data_dir: Path) -> list[Path]:
-    """data_dir/compound/{train,dev,test}.jsonl, those present."""
+    """data_dir/compound/{train,dev,test,blind}.jsonl, those present."""
     return [p for s in COMPOUND_SPLITS if (p := Path(data_dir) / COMPOUND_DIR / f"{s}.jsonl").is_file()]
 
 

@@ -2,7 +2,7 @@
 
 Rows are ``{"text": str, "label": str}``; files whose name starts with ``oos`` hold out-of-scope
 messages without a label. Extra keys (for example ``pair``, the id of a boundary-rule pair) are kept.
-A directory's ``compound/{train,dev,test}.jsonl`` (two-intent rows and their twins) are checked too, by
+A directory's ``compound/{train,dev,test,blind}.jsonl`` (two-intent rows and their twins) are checked too, by
 training.compound_corpus's rules; each is a split of its own ("compound/train"...) for leakage.
 """
 
@@ -28,7 +28,7 @@ from training.compound_corpus import (
     parse_row,
 )
 
-SPLIT_ORDER = ("train", "dev", "test", "oos")
+SPLIT_ORDER = ("train", "dev", "test", "oos", "blind")
 # Overlap between these splits leaks evaluation data into training (or one eval set into another);
 # a compound split overlaps with no other split at all (see leaks()).
 LEAK_PAIRS = {
@@ -38,6 +38,11 @@ LEAK_PAIRS = {
     ("train", "oos"),
     ("dev", "oos"),
     ("test", "oos"),
+    # blind.jsonl: written by writers who saw only the labeling contract, never the corpus (data/README.md)
+    ("train", "blind"),
+    ("dev", "blind"),
+    ("test", "blind"),
+    ("oos", "blind"),
 }
 
 
