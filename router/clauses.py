@@ -21,8 +21,6 @@ _JOINERS = (
     "plus",
     "once that's done",
     "once done",
-    "so that",
-    "so",
     "if so",
     "if not",
     "if yes",
@@ -34,16 +32,31 @@ _JOINERS = (
 # "once"/"before"/"after" open a clause only before a subject ("once you've found it", "before we
 # send it"); "plan corrective actions before the re-inspection" stays one clause.
 _SUBJECT_JOINERS = ("once", "before", "after")
+# "and" and commas also join the parts of one object ("a webinar and an SDR call", "in Okta and Google
+# Workspace", "for our new hire, Aisha Khan"): they open a clause only when what follows could start an
+# ask, not a determiner, preposition, number or capitalised name ("I" excepted). "so" / "so that" are not
+# joiners: what follows states a purpose ("so access gets revoked", "so I can paste them"), not a second
+# ask. Both were chosen on dev: fewer single messages called compound at the same two-intent recall.
+_NOT_AN_ASK = (
+    r"(?!\s*(?:a|an|the|my|our|their|his|her|its|your|this|that|these|those|in|on|at|for|with|of|from|by"
+    r"|about|all|any|some|every|each|both|other|more|less|not|\d)\b)(?!\s*(?-i:(?!I\b)[A-Z]))"
+)
 _SUBJECTS = r"you|you've|you're|we|we've|i|i've|it|it's|that|that's|they|they're"
 _SUBORDINATE = r"\s*,?\s*\b(?:" + "|".join(_SUBJECT_JOINERS) + r")\s+(?=(?:" + _SUBJECTS + r")\b)"
 _SPLIT = re.compile(
-    r"\s*,?\s*\b(?:" + "|".join(re.escape(j) for j in _JOINERS) + r")\b\s*"  # conjunctions
-    r"|"
-    + _SUBORDINATE  # "... once you've found it"
-    + r"|\s+(?:\+|&|->|=>)\s+"  # shorthand joiners: "recap our chat + find the deck"
-    r"|\s*[;?!]+\s*"  # sentence ends and semicolons
-    r"|\.\s+"  # a full stop followed by more text
-    r"|,\s+",  # commas
+    "|".join(
+        (
+            r"\s*,?\s*\b(?:"
+            + "|".join(re.escape(j) for j in _JOINERS)
+            + r")\b\s*"
+            + _NOT_AN_ASK,  # conjunctions
+            _SUBORDINATE,  # "... once you've found it"
+            r"\s+(?:\+|&|->|=>)\s+",  # shorthand joiners: "recap our chat + find the deck"
+            r"\s*[;?!]+\s*",  # sentence ends and semicolons
+            r"\.\s+",  # a full stop followed by more text
+            r",\s+" + _NOT_AN_ASK,  # commas
+        )
+    ),
     re.IGNORECASE,
 )
 

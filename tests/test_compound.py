@@ -75,6 +75,25 @@ def test_clauses_split_at_shorthand_joiners_and_subordinate_asks():
     assert split_clauses("plan corrective actions before the re-inspection") == []
 
 
+def test_clauses_keep_one_object_and_purpose_together():
+    # "and" / a comma before a determiner, preposition, number or name joins parts of one object
+    assert split_clauses("walk me through how credit is split between a webinar and an SDR call") == []
+    assert split_clauses("create an account for our new hire, Aisha Khan, in Okta and Google Workspace") == []
+    assert split_clauses("pull the Q3 and Q4 decks, then compare them") == [
+        "pull the Q3 and Q4 decks",
+        "compare them",
+    ]
+    assert split_clauses("find the contract, the invoice and the PO and send them to legal") == [
+        "find the contract, the invoice and the PO",
+        "send them to legal",
+    ]
+    # ... but "I" opens a clause
+    assert split_clauses("find the deck and I'll review it") == ["find the deck", "I'll review it"]
+    # "so" states a purpose, not a second ask
+    assert split_clauses("create an offboarding checklist so access gets fully revoked") == []
+    assert split_clauses("list my preferences back so I can paste them into the guidelines") == []
+
+
 # ------------------------------------------------------------------------------------ the rule
 def test_two_clause_intents_confirmed_by_the_stacked_score_make_a_compound_request():
     clauses = [_clause(SEARCH=0.9), _clause(ACTION=0.95)]
