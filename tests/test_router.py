@@ -254,9 +254,53 @@ def test_batches_are_cut_by_rows_and_padded_tokens():
     lengths = [5, 40, 6, 7, 8, 100]
     order = sorted(range(6), key=lengths.__getitem__)  # 0, 2, 3, 4, 1, 5
     assert _chunks(order, lengths, max_rows=32, max_tokens=32) == [[0, 2, 3, 4], [1], [5]]
-    assert _chunks(order, lengths, max_rows=2, max_tokens=10**6) == [[0, 2], [3, 4], [1, 5]]
+    # two rows at most: 40 and 100 in one batch would pad 40 to 100, dearer than one more run
+    assert _chunks(order, lengths, max_rows=2, max_tokens=10**6, run_cost=10) == [[0, 2], [3, 4], [1], [5]]
     assert _chunks(order, lengths, max_rows=32, max_tokens=1) == [[i] for i in order]  # a row always fits
     assert _chunks([], [], 32, 512) == []
+    # a long tail gets a batch of its own unless runs are dear
+    assert _chunks([0, 1, 2, 3], [10, 10, 10, 60], 32, 512, run_cost=10) == [[0, 1, 2], [3]]
+    assert _chunks([0, 1, 2, 3], [10, 10, 10, 60], 32, 512, run_cost=1000) == [[0, 1, 2, 3]]
+
+
+def _batch_cost(batches, lengths, run_cost):
+    return sum(run_cost + len(b) * max(lengths[i] for i in b) for b in batches)
+
+
+def _batches_fit(batches, lengths, max_rows, max_tokens):
+    return all(
+        len(b) == 1 or (len(b) <= max_rows and len(b) * max(lengths[i] for i in b) <= max_tokens)
+        for b in batches
+    )
+
+
+def test_batch_cuts_are_the_cheapest_that_fit():
+    """Against every way of cutting the sorted rows: no allowed cut costs less (padded tokens + run cost)."""
+    import itertools
+    import random
+
+    from router.classifier import _chunks
+
+    rng = random.Random(0)
+    for _ in range(200):
+        n = rng.randint(1, 8)
+        lengths = [rng.randint(1, 60) for _ in range(n)]
+        order = sorted(range(n), key=lengths.__getitem__)
+        max_rows, max_tokens = rng.randint(1, 5), rng.choice([40, 120, 10**6])
+        run_cost = rng.choice([0, 10, 50])
+        got = _chunks(order, lengths, max_rows, max_tokens, run_cost)
+        assert [i for b in got for i in b] == order
+        assert _batches_fit(got, lengths, max_rows, max_tokens)
+        for cuts in itertools.product([False, True], repeat=n - 1):
+            batches, current = [], [order[0]]
+            for i, cut in zip(order[1:], cuts, strict=True):
+                if cut:
+                    batches.append(current)
+                    current = []
+                current.append(i)
+            batches.append(current)
+            if _batches_fit(batches, lengths, max_rows, max_tokens):
+                assert _batch_cost(got, lengths, run_cost) <= _batch_cost(batches, lengths, run_cost)
 
 
 def test_the_token_budget_changes_how_a_batch_runs_not_what_it_returns(shipped_router):
