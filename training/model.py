@@ -196,6 +196,9 @@ class IntentModel:
                     learning_rate=config.distil_learning_rate,
                     batch_size=config.distil_batch_size,
                     seed=config.seed,
+                    hidden_weight=config.distil_hidden_weight,
+                    freeze_embeddings=config.distil_freeze_embeddings,
+                    dropout=config.distil_dropout,
                     report=report,
                     show_progress=show_progress,
                 )
