@@ -5,6 +5,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.conftest import SHIPPED
+
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
@@ -166,6 +168,27 @@ def test_speed_goals_are_checked_both_ways():
         "speedup_p50_vs_setfit": True,
         "batch_msgs_per_s": False,
     }
+
+
+def test_the_speed_benchmark_counts_the_calls_that_ran_the_graph_twice():
+    from eval.bench_speed import bench_router, table_rows
+    from router import Router
+
+    texts = [
+        "find the Q3 board deck and email it to Maria before noon",
+        "pull the signed MSA for Acme, then summarise the termination clauses for me",
+        "what did we decide about the offsite budget last time",
+        "book a meeting room for friday 3pm",
+        "hi there",
+        "plan the migration of our CI runners to arm64",
+    ]
+    row = bench_router(SHIPPED, texts, warmup=1)
+    twice = [bool(c.clauses) for c in Router.load(SHIPPED).classifier.classify_batch(texts)]
+    assert 0 < sum(twice) < len(texts)  # the texts hold both kinds
+    assert row["read_twice_share"] == pytest.approx(sum(twice) / len(texts))
+    assert row["p99_ms_one_run"] > 0
+    header, rows = table_rows({"rows": [row]})
+    assert rows[0][header.index("2 runs")] == f"{sum(twice) / len(texts):.1%}"
 
 
 @pytest.mark.slow
