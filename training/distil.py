@@ -55,7 +55,8 @@ def distil_body(
     if not texts:
         raise ValueError("distillation needs texts")
     n_teacher = len(teacher[0].auto_model.encoder.layer)
-    check_layers(layers, n_teacher)
+    student = copy.deepcopy(teacher)
+    keep_layers(student, layers)  # checks the layers before the teacher's targets are computed
     torch.manual_seed(seed)
     rng = random.Random(seed)
     lengths = [len(ids) for ids in teacher.tokenizer(texts, truncation=True)["input_ids"]]
@@ -84,8 +85,6 @@ def distil_body(
     ]
     report(f"distillation targets from the teacher: {time.perf_counter() - t0:.0f}s")
 
-    student = copy.deepcopy(teacher)
-    keep_layers(student, layers)
     embeddings = student[0].auto_model.get_input_embeddings().weight
     embeddings.requires_grad_(not freeze_embeddings)
     steps = epochs * len(batches)
