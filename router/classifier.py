@@ -15,7 +15,14 @@ import onnxruntime as ort
 from tokenizers import Tokenizer
 
 from router import env as envvars
-from router.compound import resolve_batch
+from router.compound import (
+    classify_clauses,
+    clause_floor,
+    clause_vectors,
+    clauses_to_read,
+    read_in_context,
+    resolve_batch,
+)
 from router.manifest import Manifest, ModelError, load_manifest, verify_file
 from router.model_card import check_graph_metadata, read_graph_metadata
 
@@ -129,19 +136,34 @@ class Classifier:
         self.compound_intents: list[str] = list(compound.intents) if compound is not None else []
         if compound is not None:
             self._outputs.append(compound.output)
+        self._reader = compound.reader if compound is not None else None
+        if self._reader is not None:  # clauses read from this run's token states, not a second run
+            if self._reader.file is None:
+                raise ModelError(
+                    f"{self.model_dir}: the manifest's clause reader has no head file; re-export"
+                )
+            head = np.load(verify_file(self.model_dir, self._reader.file))
+            self._reader_head = (head["coef"], head["intercept"])
+            self._floor = clause_floor(compound)
+        # the token states are fetched only by the calls that read clauses
+        self._outputs_states = self._outputs + ([self._reader.output] if self._reader is not None else [])
         names = {o.name for o in outputs}
-        if not set(self._outputs) <= names:
-            raise ModelError(f"{graph_path}: the graph lacks output(s) {sorted(set(self._outputs) - names)}")
+        if not set(self._outputs_states) <= names:
+            missing = sorted(set(self._outputs_states) - names)
+            raise ModelError(f"{graph_path}: the graph lacks output(s) {missing}")
 
     @property
     def model_id(self) -> str:
         return f"{self.manifest.model_id}/{self.variant}"
 
     # ------------------------------------------------------------------------------------- run
-    def _run(self, texts: Sequence[str]):
+    def _run(self, texts: Sequence[str], read_clauses: bool = False):
         """Tokenize, then run the graph in length-sorted batches (``_chunks``) so padding stays short; rows come back
         in input order. Returns (probabilities, in-scope distances or None, intent scores or None,
-        encodings, tokenize seconds, inference seconds)."""
+        encodings, tokenize seconds, inference seconds, clause vectors). With ``read_clauses`` and a
+        clause reader, the clause vectors map each message whose clauses could matter to its clauses and
+        their vectors (router.compound.clause_vectors), taken from each chunk's token states as it runs;
+        else they are None."""
         t0 = time.perf_counter()
         encs = (  # encode_batch's thread pool pays from 8 texts on (measured: 2-6 clauses encode faster one by one)
             self.tokenizer.encode_batch(list(texts))
@@ -157,6 +179,7 @@ class Classifier:
             if self.compound_intents
             else None
         )
+        vectors = {} if read_clauses and self._reader is not None and scores is not None else None
         for idx in _chunks(order, [len(e.ids) for e in encs], self.max_batch, self.max_tokens):
             if len(idx) == 1:  # no padding: the arrays straight from the encoding
                 ids = np.asarray([encs[idx[0]].ids], dtype=np.int64)
@@ -169,13 +192,26 @@ class Classifier:
                     n = len(encs[i].ids)
                     ids[row, :n] = encs[i].ids
                     mask[row, :n] = encs[i].attention_mask
-            out = self.session.run(self._outputs, {"input_ids": ids, "attention_mask": mask})
+            out = self.session.run(
+                self._outputs if vectors is None else self._outputs_states,
+                {"input_ids": ids, "attention_mask": mask},
+            )
             probs[idx] = out[0]
             if dist is not None:
                 dist[idx] = out[1]
             if scores is not None:
-                scores[idx] = out[-1]
-        return probs, dist, scores, encs, t1 - t0, time.perf_counter() - t1
+                scores[idx] = out[2 if dist is not None else 1]
+            if vectors is not None:
+                self._clause_vectors(texts, encs, idx, probs, scores, out[-1], vectors)
+        return probs, dist, scores, encs, t1 - t0, time.perf_counter() - t1, vectors
+
+    def _clause_vectors(self, texts, encs, idx, probs, scores, states, vectors) -> None:
+        for row, i in enumerate(idx):
+            primary = self.labels[int(probs[i].argmax())]
+            clauses = clauses_to_read(self.manifest.compound, texts[i], primary, scores[i], self._floor)
+            if clauses:
+                n = len(encs[i].ids)
+                vectors[i] = (clauses, clause_vectors(texts[i], clauses, encs[i].offsets, states[row, :n]))
 
     def predict_proba(self, texts: Sequence[str]) -> np.ndarray:
         """Calibrated probabilities, shape (n, labels), columns in ``self.labels`` order."""
@@ -208,17 +244,30 @@ class Classifier:
                 [],
                 [],
             )
-        probs, dist, scores, *_ = self._run(texts)
-        intents, clauses = self._intents(texts, probs, scores)
+        probs, dist, scores, *_, vectors = self._run(texts, read_clauses=True)
+        intents, clauses = self._intents(texts, probs, scores, vectors)
         if scores is None:
             scores = np.zeros((len(texts), 0), np.float32)
         return probs, dist, scores, intents, clauses
 
-    def _intents(self, texts, probs, scores) -> tuple[list[list[str]], list[list[dict]]]:
+    def _intents(self, texts, probs, scores, vectors) -> tuple[list[list[str]], list[list[dict]]]:
         primaries = [self.labels[int(j)] for j in probs.argmax(axis=1)]
-        return resolve_batch(
-            texts, primaries, self.manifest.compound, scores, self.labels, lambda t: self._run(t)[0]
-        )
+        if vectors is None:  # each clause classified on its own, in a second run
+
+            def read(split):
+                return classify_clauses(split, self.labels, lambda t: self._run(t)[0])
+        else:
+
+            def read(split):
+                for i, clauses in enumerate(split):
+                    if (
+                        clauses and vectors.get(i, (None,))[0] != clauses
+                    ):  # one rule decides which clauses are read
+                        raise RuntimeError(f"message {i}: clauses {clauses} were not read in context")
+                found = [vectors[i][1] if clauses else np.zeros((0, 1)) for i, clauses in enumerate(split)]
+                return read_in_context(found, *self._reader_head, self.labels)
+
+        return resolve_batch(texts, primaries, self.manifest.compound, scores, read)
 
     # --------------------------------------------------------------------------------- classify
     def classify(self, text: str) -> Classification:
@@ -228,9 +277,9 @@ class Classifier:
         _check_texts(texts)
         if not texts:
             return []
-        probs, dist, scores, encs, tok_s, inf_s = self._run(texts)
+        probs, dist, scores, encs, tok_s, inf_s, vectors = self._run(texts, read_clauses=True)
         t0 = time.perf_counter()
-        intents, clauses = self._intents(texts, probs, scores)
+        intents, clauses = self._intents(texts, probs, scores, vectors)
         inf_s += time.perf_counter() - t0  # the clauses' own run
         tok_ms, inf_ms = tok_s * 1000 / len(texts), inf_s * 1000 / len(texts)
         out = []

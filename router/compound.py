@@ -107,23 +107,23 @@ def resolve_batch(
     primaries: Sequence[str],
     spec,
     scores: np.ndarray | None,
-    labels: Sequence[str],
-    predict: Callable[[list[str]], np.ndarray],
+    read: Callable[[list[list[str]]], list[list[dict[str, float]]]],
     threshold: float | None = None,
 ) -> tuple[list[list[str]], list[list[dict]]]:
-    """Intents of many messages: their clauses are classified with one ``predict`` call (calibrated
-    probabilities in ``labels`` order), except for messages no clause could make compound
-    (``clause_floor``). Returns the intents and, per message, its clauses with their top label and
-    probability (for the trace; [] when they were not read)."""
+    """Intents of many messages. ``read`` gives, for each message's clauses, each clause's label ->
+    probability (``classify_clauses`` in a second graph run, or ``read_in_context`` from the first run's
+    token states); messages no clause could make compound (``clause_floor``) get no clauses to read.
+    Returns the intents and, per message, its clauses with their top label and probability (for the
+    trace; [] when they were not read)."""
     if spec is None or scores is None:
         return [[p] if p in INTENTS else [] for p in primaries], [[] for _ in texts]
     floor = clause_floor(spec, threshold)
     split = [
-        split_clauses(t) if p in INTENTS and _other_max(spec, scores[i], p) >= floor else []
+        clauses_to_read(spec, t, p, scores[i], floor)
         for i, (t, p) in enumerate(zip(texts, primaries, strict=True))
     ]
     intents, details = [], []
-    for i, (clauses, rows) in enumerate(zip(split, classify_clauses(split, labels, predict), strict=True)):
+    for i, (clauses, rows) in enumerate(zip(split, read(split), strict=True)):
         row_scores = dict(zip(spec.intents, map(float, scores[i]), strict=True))
         intents.append(resolve_intents(primaries[i], spec, row_scores, rows, threshold))
         details.append(
@@ -133,6 +133,59 @@ def resolve_batch(
             ]
         )
     return intents, details
+
+
+def clauses_to_read(spec, text: str, primary: str, scores: np.ndarray, floor: float) -> list[str]:
+    """The clauses of a message whose clauses could change its intents, else []: the primary is an intent
+    and another intent's one-vs-rest score reaches ``floor`` (``clause_floor``)."""
+    if primary not in INTENTS or _other_max(spec, scores, primary) < floor:
+        return []
+    return split_clauses(text)
+
+
+def clause_vectors(
+    text: str, clauses: Sequence[str], offsets: Sequence[tuple[int, int]], states: np.ndarray
+) -> np.ndarray:
+    """(clauses, width): the mean of each clause's token states inside the whole message, L2-normalised.
+    ``offsets`` are the tokens' character spans in ``text`` ((0, 0) for special tokens), ``states`` the
+    matching rows of the graph's token states. A clause whose tokens were cut off by truncation gets
+    zeros (the head then gives it its prior)."""
+    out = np.zeros((len(clauses), states.shape[-1]), dtype=np.float32)
+    off = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+    real = off[:, 1] > off[:, 0]
+    pos = 0
+    for j, clause in enumerate(clauses):
+        start = text.find(clause, pos)
+        if start < 0:  # split_clauses returns pieces of the text; a caller's clause may differ in case
+            start = text.lower().find(clause.lower(), pos)
+        if start < 0:
+            raise ValueError(f"clause {clause!r} is not in the message {text!r}")
+        end = pos = start + len(clause)
+        inside = real & (off[:, 0] >= start) & (off[:, 1] <= end)
+        if inside.any():
+            v = states[inside].astype(np.float32).mean(axis=0)
+            norm = float(np.linalg.norm(v))
+            out[j] = v / norm if norm > 0 else v
+    return out
+
+
+def read_in_context(
+    vectors: Sequence[np.ndarray], coef: np.ndarray, intercept: np.ndarray, labels: Sequence[str]
+) -> list[list[dict[str, float]]]:
+    """Each message's clause vectors (``clause_vectors``) through the clause head: softmax(v W^T + b)."""
+    sizes = [len(v) for v in vectors]
+    if not sum(sizes):
+        return [[] for _ in vectors]
+    z = np.concatenate([v for v in vectors if len(v)]).astype(np.float64) @ np.asarray(coef, np.float64).T
+    z += np.asarray(intercept, np.float64)
+    z -= z.max(axis=1, keepdims=True)
+    p = np.exp(z)
+    p /= p.sum(axis=1, keepdims=True)
+    out, j = [], 0
+    for n in sizes:
+        out.append([dict(zip(labels, map(float, p[j + k]), strict=True)) for k in range(n)])
+        j += n
+    return out
 
 
 def clause_floor(spec, threshold: float | None = None) -> float:

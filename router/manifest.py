@@ -208,6 +208,19 @@ class InScope(BaseModel):
     fitted_on: str = "dev"
 
 
+class ClauseReader(BaseModel):
+    """Clauses read inside the message's own graph run instead of a second one: the graph's output
+    ``output`` holds the token states of encoder ``layers`` (0 = the embeddings), concatenated; each
+    clause's tokens are mean-pooled, L2-normalised and put through the softmax head in ``file``
+    (``coef`` (labels, width), ``intercept`` (labels,)), trained to give the probabilities the model
+    gives the clause read alone (router.compound.clause_vectors, training.compound_head)."""
+
+    method: str = "in-context"
+    output: str = "clause_states"
+    layers: list[int] = Field(min_length=1)
+    file: FileEntry | None = Field(None, description="Written by export; the router needs it.")
+
+
 class Compound(BaseModel):
     """How the router finds a compound request's two intents (router.compound.resolve_intents): the
     graph's one-vs-rest intent scores (output ``intent_scores``), the message's clauses classified one by
@@ -234,6 +247,9 @@ class Compound(BaseModel):
         ge=0, le=1, description="Share of dev single-intent messages the threshold may call compound."
     )
     fitted_on: str = "dev"
+    reader: ClauseReader | None = Field(
+        None, description="None: each clause is classified on its own, in a second graph run."
+    )
 
 
 class Export(BaseModel):

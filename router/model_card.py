@@ -40,7 +40,9 @@ def graph_scope_metadata(manifest: Manifest) -> dict[str, Any] | None:
     if s is not None:
         out["in_scope"] = {"output": s.output, "threshold": s.threshold, "classes": list(s.classes)}
     if c is not None:
-        out["compound"] = c.model_dump(mode="json", exclude={"fitted_on", "max_single_compound"})
+        out["compound"] = c.model_dump(
+            mode="json", exclude={"fitted_on", "max_single_compound"}, exclude_none=True
+        )
     return out or None
 
 

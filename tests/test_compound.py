@@ -9,9 +9,12 @@ import pytest
 
 from router.clauses import split_clauses
 from router.compound import (
+    classify_clauses,
     clause_floor,
+    clause_vectors,
     compound_confidence,
     merge_skills,
+    read_in_context,
     resolve_batch,
     resolve_intents,
     stacked_scores,
@@ -165,9 +168,37 @@ def test_resolve_batch_reads_clauses_only_of_messages_the_floor_lets_through():
     scores[:, order.index("SEARCH")] = 0.9
     scores[0, order.index("ACTION")] = floor * 1.01
     scores[1, order.index("ACTION")] = floor * 0.99
-    intents, details = resolve_batch(texts, ["SEARCH", "SEARCH"], SPEC, scores, labels, predict)
+    intents, details = resolve_batch(
+        texts, ["SEARCH", "SEARCH"], SPEC, scores, lambda split: classify_clauses(split, labels, predict)
+    )
     assert intents == [["ACTION", "SEARCH"], ["SEARCH"]]
     assert seen == split_clauses(texts[0]) and details[1] == []
+
+
+def test_clause_vectors_pool_each_clauses_own_tokens_inside_the_message():
+    text = "find the deck and email it"
+    clauses = split_clauses(text)
+    assert clauses == ["find the deck", "email it"]
+    # [CLS] find the deck and email it [SEP]; token k's state is k in column 0, 1 in column 1
+    offsets = [(0, 0), (0, 4), (5, 8), (9, 13), (14, 17), (18, 23), (24, 26), (0, 0)]
+    states = np.stack([np.arange(8.0), np.ones(8)], axis=1)
+    v = clause_vectors(text, clauses, offsets, states)
+    expect = np.array([[2.0, 1.0], [5.5, 1.0]])  # tokens 1-3 and 5-6; "and" and the specials left out
+    np.testing.assert_allclose(v, expect / np.linalg.norm(expect, axis=1, keepdims=True), rtol=1e-6)
+    # truncation cut the second clause off: zeros, which the head turns into its prior
+    v = clause_vectors(text, clauses, [*offsets[:4], (0, 0)], states[:5])
+    assert v[1].tolist() == [0.0, 0.0] and v[0].any()
+    with pytest.raises(ValueError, match="not in the message"):
+        clause_vectors(text, ["send the memo"], offsets, states)
+
+
+def test_read_in_context_is_a_softmax_head_per_clause():
+    coef, intercept = np.array([[1.0, 0.0], [0.0, 1.0]]), np.array([0.0, 0.5])
+    out = read_in_context([np.array([[2.0, 0.0]]), np.zeros((0, 2)), np.eye(2)], coef, intercept, ["A", "B"])
+    assert [len(m) for m in out] == [1, 0, 2]
+    z = np.array([2.0, 0.5])
+    assert out[0][0]["A"] == pytest.approx(np.exp(z[0]) / np.exp(z).sum())
+    assert out[2][1]["B"] > out[2][0]["B"] and sum(out[2][0].values()) == pytest.approx(1.0)
 
 
 def test_merged_skills_are_the_union_and_the_budget_counts_new_skills_only():

@@ -9,7 +9,10 @@
   cross-fitted (5 folds) so that it does not learn to trust scores of rows the head has seen;
 - the end-goal order of each intent pair, counted on the two-intent training rows;
 - the thresholds, fitted on dev: the lowest that calls at most ``max_single_compound`` of the dev
-  single-intent messages compound.
+  single-intent messages compound;
+- optionally the in-context clause reader (``fit_clause_reader``): a softmax head over a clause's pooled
+  token states inside the whole message, trained on the probabilities the model gives the clause read
+  alone, so that the router reads clauses without a second graph run.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import numpy as np
 
 from router.compound import pair_key, resolve_intents
 from router.intents import INTENTS
-from router.manifest import Compound
+from router.manifest import ClauseReader, Compound
 
 FILE = "compound_head.npz"
 DEFAULT_MAX_SINGLE_COMPOUND = 0.015
@@ -46,6 +49,9 @@ class CompoundHead:
     threshold: float | None = None
     whole_threshold: float | None = None
     max_single_compound: float | None = None
+    reader_layers: list[int] | None = None  # the in-context clause reader (None: a second run)
+    reader_coef: np.ndarray | None = None  # (labels, width)
+    reader_intercept: np.ndarray | None = None  # (labels,)
 
     # ------------------------------------------------------------------------------- fitting
     @classmethod
@@ -144,6 +150,7 @@ class CompoundHead:
             bias=self.bias,
             primary_order=dict(self.primary_order),
             max_single_compound=self.max_single_compound if max_single is None else max_single,
+            reader=ClauseReader(layers=list(self.reader_layers)) if self.reader_layers else None,
         )
 
     # ------------------------------------------------------------------------------- storage
@@ -158,8 +165,16 @@ class CompoundHead:
             "threshold": self.threshold,
             "whole_threshold": self.whole_threshold,
             "max_single_compound": self.max_single_compound,
+            "reader_layers": self.reader_layers,
         }
-        np.savez(path, coef=self.coef, intercept=self.intercept, settings=np.array(json.dumps(settings)))
+        reader = (
+            {"reader_coef": self.reader_coef, "reader_intercept": self.reader_intercept}
+            if self.reader_layers
+            else {}
+        )
+        np.savez(
+            path, coef=self.coef, intercept=self.intercept, settings=np.array(json.dumps(settings)), **reader
+        )
         return path
 
     @classmethod
@@ -169,7 +184,70 @@ class CompoundHead:
             return None
         z = np.load(path)
         settings = json.loads(str(z["settings"]))
-        return cls(coef=z["coef"], intercept=z["intercept"], **settings)
+        reader = {k: z[k] for k in ("reader_coef", "reader_intercept") if k in z}
+        return cls(coef=z["coef"], intercept=z["intercept"], **settings, **reader)
+
+
+def fit_clause_reader(
+    vectors: Sequence[np.ndarray],
+    targets: Sequence[np.ndarray],
+    l2: float = 1e-5,
+    folds: int = FOLDS,
+    seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """The in-context clause head: softmax(v W^T + b) fitted by soft-target cross-entropy (L-BFGS) from
+    each message's clause vectors (router.compound.clause_vectors, (clauses, width)) to the probabilities
+    of the same clauses read alone ((clauses, labels)). Returns (coef, intercept, predictions), the
+    predictions cross-fitted by message (``folds`` folds) so that the stacker fitted on them does not
+    learn to trust clauses the head has seen. Soft targets, not the top label: the stacker reads the
+    probability, and a fragment's own probabilities are often spread (measured on dev: a linear head on
+    normalised mean states of layers [1, 2] agreed with the clause read alone on 91% of top labels)."""
+    sizes = [len(v) for v in vectors]
+    if not sum(sizes):
+        raise ValueError("the clause reader needs messages that split into clauses")
+    x = np.concatenate([v for v in vectors if len(v)]).astype(np.float32)
+    y = np.concatenate([t for t in targets if len(t)]).astype(np.float32)
+    owner = np.repeat(np.arange(len(sizes)), sizes)
+    crossed = np.zeros_like(y)
+    messages = np.unique(owner)
+    rng = np.random.default_rng(seed)
+    fold_of = dict(zip(messages.tolist(), rng.permutation(len(messages)) % max(2, folds), strict=True))
+    k = np.array([fold_of[int(o)] for o in owner])
+    for f in range(max(2, folds)):
+        w, b = _softmax_fit(x[k != f], y[k != f], l2)
+        crossed[k == f] = _softmax(x[k == f] @ w.T + b)
+    w, b = _softmax_fit(x, y, l2)
+    out, j = [], 0
+    for n in sizes:
+        out.append(crossed[j : j + n])
+        j += n
+    return w, b, out
+
+
+def _softmax_fit(
+    x: np.ndarray, y: np.ndarray, l2: float, iterations: int = 300
+) -> tuple[np.ndarray, np.ndarray]:
+    import torch
+
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    w = torch.zeros(y.shape[1], x.shape[1], requires_grad=True)
+    b = torch.zeros(y.shape[1], requires_grad=True)
+    opt = torch.optim.LBFGS([w, b], max_iter=iterations, line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        loss = -(yt * torch.log_softmax(xt @ w.T + b, dim=1)).sum(dim=1).mean() + l2 * (w**2).sum()
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    return w.detach().numpy().astype(np.float32), b.detach().numpy().astype(np.float32)
+
+
+def _softmax(z: np.ndarray) -> np.ndarray:
+    z = z - z.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
 
 
 def _features(score: float, clause: float, has_clauses: bool) -> list[float]:

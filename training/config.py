@@ -63,6 +63,15 @@ class TrainConfig(BaseModel):
     compound_max_single: float = Field(
         0.015, ge=0, le=1, description="Share of dev single-intent messages the threshold may call compound."
     )
+    # Clauses read inside the message's own graph run (router.manifest.ClauseReader): the token states of
+    # these encoder layers (0 = the embeddings) pooled over each clause, through a head trained on the
+    # probabilities of the clause read alone. None: each clause is read in a second run. One run keeps a
+    # long message's latency near its own run; on dev it found 86 of 99 two-intent messages against 87
+    # on a 3-layer student (layers [1, 2]), 89 against 94 on the 6-layer model (docs/speed.md).
+    clause_context_layers: list[int] | None = Field(
+        None, description="Encoder layers whose token states read the clauses in context (e.g. [1, 2])."
+    )
+    clause_reader_l2: float = Field(1e-5, ge=0, description="L2 penalty of the in-context clause head.")
     # Distillation (training/distil.py): after the contrastive phase, a student made of these layers of
     # the fine-tuned body learns its embeddings; the heads and the export use the student. None: no
     # student, the heads sit on the fine-tuned body.

@@ -41,13 +41,14 @@ from training.quantize import (
 OPSET = 17
 TOKENIZER_FILE = "tokenizer.json"
 VARIANT_FILES = {"fp32": "model.fp32.onnx", "int8": "model.int8.onnx"}
+CLAUSE_READER_FILE = "clause_reader.npz"  # the in-context clause head (router.manifest.ClauseReader)
 PLAIN_FP32 = "model.fp32.plain.onnx"  # unfused, the input of the nbits recipe; removed after export
 CALIBRATION_TEXTS = 256  # training texts for the sensitivity pass of the -keepK recipes
 
 
 def _graph_module(intent_model: IntentModel, temperature: float):
-    """The graph as a torch module: probabilities, plus the in-scope distance and the one-vs-rest intent
-    scores when the model has them (in that order)."""
+    """The graph as a torch module: probabilities, plus the in-scope distance, the one-vs-rest intent
+    scores and the clause reader's token states when the model has them (in that order)."""
     import torch
     from torch import nn
 
@@ -68,6 +69,8 @@ def _graph_module(intent_model: IntentModel, temperature: float):
         coef = np.vstack([np.zeros_like(coef), coef])
         intercept = np.concatenate([np.zeros(1, dtype=np.float32), intercept])
 
+    reader_layers = list(compound.reader_layers or []) if compound is not None else []
+
     class IntentGraph(nn.Module):
         def __init__(self):
             super().__init__()
@@ -84,7 +87,10 @@ def _graph_module(intent_model: IntentModel, temperature: float):
                 self.register_buffer("ovr_bias", torch.from_numpy(compound.intercept.astype(np.float32)))
 
         def forward(self, input_ids, attention_mask):
-            hidden = self.transformer(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            run = self.transformer(
+                input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=bool(reader_layers)
+            )
+            hidden = run.last_hidden_state
             mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
             emb = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
             if normalize:
@@ -97,6 +103,8 @@ def _graph_module(intent_model: IntentModel, temperature: float):
                 out.append((diff**2).sum(dim=-1).min(dim=1).values)
             if compound is not None:
                 out.append(torch.sigmoid(emb @ self.ovr_weight.T + self.ovr_bias))
+            if reader_layers:  # the clauses' tokens are pooled by the router (router.compound.clause_vectors)
+                out.append(torch.cat([run.hidden_states[k] for k in reader_layers], dim=-1))
             return out[0] if len(out) == 1 else tuple(out)
 
     return IntentGraph().eval(), normalize
@@ -148,11 +156,22 @@ def export_model(
         )
     if (model.compound is None) != (manifest.compound is None):
         raise ModelError(f"{model_dir}: the checkpoint's compound head and the manifest's compound disagree")
+    reader = manifest.compound.reader if manifest.compound else None
+    if (reader.layers if reader else None) != (model.compound.reader_layers if model.compound else None):
+        raise ModelError(f"{model_dir}: the checkpoint's clause reader and the manifest's disagree")
     outputs = (
         ["probabilities"]
         + ([manifest.in_scope.output] if manifest.in_scope else [])
         + ([manifest.compound.output] if manifest.compound else [])
+        + ([reader.output] if reader else [])
     )
+    if reader is not None:
+        np.savez(
+            model_dir / CLAUSE_READER_FILE,
+            coef=model.compound.reader_coef.astype(np.float32),
+            intercept=model.compound.reader_intercept.astype(np.float32),
+        )
+        reader.file = file_entry(model_dir, CLAUSE_READER_FILE)
 
     tokenizer = model.setfit.model_body.tokenizer
     tokenizer.backend_tokenizer.save(str(model_dir / TOKENIZER_FILE))
@@ -170,6 +189,7 @@ def export_model(
                 "input_ids": {0: "batch", 1: "sequence"},
                 "attention_mask": {0: "batch", 1: "sequence"},
                 **{name: {0: "batch"} for name in outputs},
+                **({reader.output: {0: "batch", 1: "sequence"}} if reader else {}),
             },
             opset_version=OPSET,
             dynamo=False,

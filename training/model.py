@@ -20,10 +20,10 @@ import numpy as np
 
 from eval.calibration import softmax
 from router.clauses import split_clauses
-from router.compound import best_by_label, classify_clauses, resolve_batch
+from router.compound import best_by_label, classify_clauses, clause_vectors, read_in_context, resolve_batch
 from router.intents import OUT_OF_SCOPE
 from router.manifest import MANIFEST_NAME, Manifest, ModelError, load_manifest
-from training.compound_head import CompoundHead
+from training.compound_head import CompoundHead, fit_clause_reader
 from training.config import TrainConfig, resolve_base_model
 from training.scope import InScopeDistance
 
@@ -132,6 +132,9 @@ class IntentModel:
             from training.distil import check_layers
 
             check_layers(config.distil_layers, len(model.model_body[0].auto_model.encoder.layer))
+        if config.clause_context_layers is not None:  # the same, for the body the heads will sit on
+            depth = len(config.distil_layers or model.model_body[0].auto_model.encoder.layer)
+            check_reader_layers(config.clause_context_layers, depth)
 
         single = [i for i, s in enumerate(secondary) if s is None]
         ds = Dataset.from_dict({"text": [texts[i] for i in single], "label": [labels[i] for i in single]})
@@ -222,12 +225,35 @@ class IntentModel:
             report(f"in-scope distance fitted on {len(in_scope)} classes: {time.perf_counter() - t0:.1f}s")
         if any(secondary):
             t0 = time.perf_counter()
-            clause_best = [best_by_label(rows) for rows in self.clause_probabilities(texts)]
+            split = [split_clauses(t) for t in texts]
+            clause_probs = classify_clauses(split, self.labels, self.predict_proba)
+            reader = None
+            if config.clause_context_layers:  # the stacker learns from the reader's cross-fitted clauses
+                layers = list(config.clause_context_layers)
+                check_reader_layers(layers, len(self.setfit.model_body[0].auto_model.encoder.layer))
+                targets = [np.array([[r[k] for k in self.labels] for r in rows]) for rows in clause_probs]
+                coef, intercept, crossed = fit_clause_reader(
+                    self.clause_vectors(texts, split, layers),
+                    targets,
+                    l2=config.clause_reader_l2,
+                    seed=config.seed,
+                )
+                clause_probs = [
+                    [dict(zip(self.labels, map(float, p), strict=True)) for p in m] for m in crossed
+                ]
+                reader = (layers, coef, intercept)
+            clause_best = [best_by_label(rows) for rows in clause_probs]
             self.compound = CompoundHead.fit(
                 emb, _label_sets(labels, secondary), clause_best, c=config.compound_head_c, seed=config.seed
             )
+            if reader is not None:
+                self.compound.reader_layers, self.compound.reader_coef, self.compound.reader_intercept = (
+                    reader
+                )
             report(
-                f"compound head fitted on {sum(map(bool, secondary))} two-intent rows: {time.perf_counter() - t0:.1f}s"
+                f"compound head fitted on {sum(map(bool, secondary))} two-intent rows"
+                + (f", clauses read in context from layers {reader[0]}" if reader else "")
+                + f": {time.perf_counter() - t0:.1f}s"
             )
         self.fit_seconds = {"contrastive": body_seconds, "distil": distil_seconds, "head": head_seconds}
         return self
@@ -273,8 +299,59 @@ class IntentModel:
         return list(self.compound.intents) if self.compound is not None else []
 
     def clause_probabilities(self, texts: Sequence[str]) -> list[list[dict[str, float]]]:
-        """Per message, each of its clauses (router.clauses) as label -> calibrated probability."""
-        return classify_clauses([split_clauses(t) for t in texts], self.labels, self.predict_proba)
+        """Per message, each of its clauses (router.clauses) as label -> probability, read as the router
+        reads them: alone (calibrated) or, with a clause reader, in context."""
+        texts = list(texts)
+        return self._read_clauses(texts, [split_clauses(t) for t in texts])
+
+    def _read_clauses(
+        self, texts: Sequence[str], split: Sequence[Sequence[str]]
+    ) -> list[list[dict[str, float]]]:
+        head = self.compound
+        if head is None or not head.reader_layers:
+            return classify_clauses(split, self.labels, self.predict_proba)
+        vectors = self.clause_vectors(texts, split, head.reader_layers)
+        return read_in_context(vectors, head.reader_coef, head.reader_intercept, self.labels)
+
+    def clause_vectors(
+        self,
+        texts: Sequence[str],
+        split: Sequence[Sequence[str]],
+        layers: Sequence[int],
+        batch_size: int = 64,
+    ) -> list[np.ndarray]:
+        """Per message, its clauses' vectors (router.compound.clause_vectors) from the token states of encoder
+        ``layers`` in one run over the whole message, as the exported graph's ``clause_states`` gives them."""
+        import torch
+
+        body = self.setfit.model_body
+        transformer, tokenizer = body[0].auto_model, body.tokenizer
+        out = [np.zeros((0, 1), np.float32) for _ in texts]
+        todo = [i for i, clauses in enumerate(split) if clauses]
+        was_training = transformer.training
+        transformer.eval()
+        try:
+            with torch.inference_mode():
+                for s in range(0, len(todo), batch_size):
+                    rows = todo[s : s + batch_size]
+                    enc = tokenizer(
+                        [texts[i] for i in rows],
+                        padding=True,
+                        truncation=True,
+                        max_length=body.max_seq_length,
+                        return_offsets_mapping=True,
+                        return_tensors="pt",
+                    )
+                    offsets = enc.pop("offset_mapping").numpy()
+                    hidden = transformer(**enc, output_hidden_states=True).hidden_states
+                    states = torch.cat([hidden[k] for k in layers], dim=-1).float().numpy()
+                    lengths = enc["attention_mask"].sum(dim=1).tolist()
+                    for r, i in enumerate(rows):
+                        n = int(lengths[r])
+                        out[i] = clause_vectors(texts[i], split[i], offsets[r, :n], states[r, :n])
+        finally:
+            transformer.train(was_training)
+        return out
 
     def predict_compound(
         self, texts: Sequence[str]
@@ -297,7 +374,7 @@ class IntentModel:
         scores = self.compound.scores(emb) if self.compound is not None else None
         primaries = [self.labels[i] for i in probs.argmax(axis=1)]
         intents, clauses = resolve_batch(
-            texts, primaries, self.compound_spec, scores, self.labels, self.predict_proba
+            texts, primaries, self.compound_spec, scores, lambda split: self._read_clauses(texts, split)
         )
         return probs, dist, scores if scores is not None else np.zeros((len(texts), 0)), intents, clauses
 
@@ -387,6 +464,15 @@ class IntentModel:
                 f"{checkpoint}: head label order {model.labels} differs from the manifest's {manifest.labels}"
             )
         return model
+
+
+def check_reader_layers(layers: Sequence[int], n: int) -> None:
+    """The clause reader's layers exist in a body of ``n`` encoder layers (0 = the embeddings)."""
+    bad = [k for k in layers if not 0 <= k <= n] or ([] if len(set(layers)) == len(layers) else list(layers))
+    if bad or not layers:
+        raise ValueError(
+            f"clause_context_layers must be distinct layers in 0..{n} of this body, got {list(layers)}"
+        )
 
 
 def _label_sets(labels: Sequence[str], secondary: Sequence[str | None]) -> list[list[str]]:
