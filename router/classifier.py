@@ -153,6 +153,12 @@ class Classifier:
             raise ModelError(f"{graph_path}: the graph lacks output(s) {missing}")
 
     @property
+    def clauses_in_context(self) -> bool:
+        """Whether clauses are read from the message's own run (the manifest's clause reader) rather than
+        in a second one."""
+        return self._reader is not None
+
+    @property
     def model_id(self) -> str:
         return f"{self.manifest.model_id}/{self.variant}"
 
@@ -253,21 +259,24 @@ class Classifier:
     def _intents(self, texts, probs, scores, vectors) -> tuple[list[list[str]], list[list[dict]]]:
         primaries = [self.labels[int(j)] for j in probs.argmax(axis=1)]
         if vectors is None:  # each clause classified on its own, in a second run
-
-            def read(split):
-                return classify_clauses(split, self.labels, lambda t: self._run(t)[0])
-        else:
-
-            def read(split):
-                for i, clauses in enumerate(split):
-                    if (
-                        clauses and vectors.get(i, (None,))[0] != clauses
-                    ):  # one rule decides which clauses are read
-                        raise RuntimeError(f"message {i}: clauses {clauses} were not read in context")
-                found = [vectors[i][1] if clauses else np.zeros((0, 1)) for i, clauses in enumerate(split)]
-                return read_in_context(found, *self._reader_head, self.labels)
-
-        return resolve_batch(texts, primaries, self.manifest.compound, scores, read)
+            return resolve_batch(
+                texts,
+                primaries,
+                self.manifest.compound,
+                scores,
+                lambda split: classify_clauses(split, self.labels, lambda t: self._run(t)[0]),
+            )
+        # read in context: _run has applied the same rule (clauses_to_read) to every message
+        split = [vectors[i][0] if i in vectors else [] for i in range(len(texts))]
+        found = [vectors[i][1] if i in vectors else np.zeros((0, 1)) for i in range(len(texts))]
+        return resolve_batch(
+            texts,
+            primaries,
+            self.manifest.compound,
+            scores,
+            lambda _: read_in_context(found, *self._reader_head, self.labels),
+            split=split,
+        )
 
     # --------------------------------------------------------------------------------- classify
     def classify(self, text: str) -> Classification:

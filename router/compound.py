@@ -3,7 +3,9 @@ carries two intents, primary first (the end goal). The one rule that finds them 
 router, the evaluator, export parity and training agree on it:
 
 1. the primary is the classifier's top label; a message whose top label is not an intent has none;
-2. the message is cut into clauses (router.clauses) and each clause is classified on its own;
+2. the message is cut into clauses (router.clauses) and each clause is classified on its own, in a
+   second graph run, or read in context from the message's own run (manifest ``compound.reader``: the
+   clause's pooled token states through a head trained on the clause-alone probabilities);
 3. a stacked score per intent combines the graph's one-vs-rest score for the whole message with the
    intent's best clause probability (manifest ``compound``: weights and bias);
 4. two clauses of different intents (each >= ``clause_min``) make a compound request when every one of
@@ -109,19 +111,23 @@ def resolve_batch(
     scores: np.ndarray | None,
     read: Callable[[list[list[str]]], list[list[dict[str, float]]]],
     threshold: float | None = None,
+    split: Sequence[Sequence[str]] | None = None,
 ) -> tuple[list[list[str]], list[list[dict]]]:
     """Intents of many messages. ``read`` gives, for each message's clauses, each clause's label ->
     probability (``classify_clauses`` in a second graph run, or ``read_in_context`` from the first run's
     token states); messages no clause could make compound (``clause_floor``) get no clauses to read.
-    Returns the intents and, per message, its clauses with their top label and probability (for the
-    trace; [] when they were not read)."""
+    ``split``: each message's ``clauses_to_read``, when the caller has them already. Returns the intents
+    and, per message, its clauses with their top label and probability (for the trace; [] when they were
+    not read)."""
     if spec is None or scores is None:
         return [[p] if p in INTENTS else [] for p in primaries], [[] for _ in texts]
-    floor = clause_floor(spec, threshold)
-    split = [
-        clauses_to_read(spec, t, p, scores[i], floor)
-        for i, (t, p) in enumerate(zip(texts, primaries, strict=True))
-    ]
+    if split is None:
+        floor = clause_floor(spec, threshold)
+        split = [
+            clauses_to_read(spec, t, p, scores[i], floor)
+            for i, (t, p) in enumerate(zip(texts, primaries, strict=True))
+        ]
+    split = [list(c) for c in split]
     intents, details = [], []
     for i, (clauses, rows) in enumerate(zip(split, read(split), strict=True)):
         row_scores = dict(zip(spec.intents, map(float, scores[i]), strict=True))

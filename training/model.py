@@ -224,39 +224,53 @@ class IntentModel:
             )
             report(f"in-scope distance fitted on {len(in_scope)} classes: {time.perf_counter() - t0:.1f}s")
         if any(secondary):
-            t0 = time.perf_counter()
-            split = [split_clauses(t) for t in texts]
-            clause_probs = classify_clauses(split, self.labels, self.predict_proba)
-            reader = None
-            if config.clause_context_layers:  # the stacker learns from the reader's cross-fitted clauses
-                layers = list(config.clause_context_layers)
-                check_reader_layers(layers, len(self.setfit.model_body[0].auto_model.encoder.layer))
-                targets = [np.array([[r[k] for k in self.labels] for r in rows]) for rows in clause_probs]
-                coef, intercept, crossed = fit_clause_reader(
-                    self.clause_vectors(texts, split, layers),
-                    targets,
-                    l2=config.clause_reader_l2,
-                    seed=config.seed,
-                )
-                clause_probs = [
-                    [dict(zip(self.labels, map(float, p), strict=True)) for p in m] for m in crossed
-                ]
-                reader = (layers, coef, intercept)
-            clause_best = [best_by_label(rows) for rows in clause_probs]
-            self.compound = CompoundHead.fit(
-                emb, _label_sets(labels, secondary), clause_best, c=config.compound_head_c, seed=config.seed
-            )
-            if reader is not None:
-                self.compound.reader_layers, self.compound.reader_coef, self.compound.reader_intercept = (
-                    reader
-                )
-            report(
-                f"compound head fitted on {sum(map(bool, secondary))} two-intent rows"
-                + (f", clauses read in context from layers {reader[0]}" if reader else "")
-                + f": {time.perf_counter() - t0:.1f}s"
-            )
+            self.fit_compound_head(texts, labels, secondary, emb, report)
         self.fit_seconds = {"contrastive": body_seconds, "distil": distil_seconds, "head": head_seconds}
         return self
+
+    def fit_compound_head(
+        self,
+        texts: Sequence[str],
+        labels: Sequence[str],
+        secondary: Sequence[str | None],
+        emb: np.ndarray | None = None,
+        report: Reporter = print,
+    ) -> CompoundHead:
+        """Fit the compound head (training.compound_head) on the current body and softmax head, with the
+        in-context clause reader when the config names its layers; ``calibrate`` then fits its threshold.
+        Part of ``fit``; callable on its own to refit the head of a loaded checkpoint."""
+        config = self.config
+        t0 = time.perf_counter()
+        texts = list(texts)
+        emb = self.encode(texts) if emb is None else emb
+        split = [split_clauses(t) for t in texts]
+        clause_probs = classify_clauses(split, self.labels, self.predict_proba)
+        reader = None
+        if config.clause_context_layers:  # the stacker learns from the reader's cross-fitted clauses
+            layers = list(config.clause_context_layers)
+            check_reader_layers(layers, len(self.setfit.model_body[0].auto_model.encoder.layer))
+            targets = [np.array([[r[k] for k in self.labels] for r in rows]) for rows in clause_probs]
+            coef, intercept, crossed = fit_clause_reader(
+                self.clause_vectors(texts, split, layers),
+                targets,
+                l2=config.clause_reader_l2,
+                seed=config.seed,
+            )
+            clause_probs = [[dict(zip(self.labels, map(float, p), strict=True)) for p in m] for m in crossed]
+            reader = (layers, coef, intercept)
+        clause_best = [best_by_label(rows) for rows in clause_probs]
+        head = CompoundHead.fit(
+            emb, _label_sets(labels, secondary), clause_best, c=config.compound_head_c, seed=config.seed
+        )
+        if reader is not None:
+            head.reader_layers, head.reader_coef, head.reader_intercept = reader
+        self.compound = head
+        report(
+            f"compound head fitted on {sum(map(bool, secondary))} two-intent rows"
+            + (f", clauses read in context from layers {reader[0]}" if reader else "")
+            + f": {time.perf_counter() - t0:.1f}s"
+        )
+        return head
 
     def calibrate(
         self, texts: Sequence[str], labels: Sequence[str], secondary: Sequence[str | None] | None = None
