@@ -206,7 +206,7 @@ class Classifier:
             if dist is not None:
                 dist[idx] = out[1]
             if scores is not None:
-                scores[idx] = out[2 if dist is not None else 1]
+                scores[idx] = out[len(self._outputs) - 1]  # the last of _outputs; the states follow
             if vectors is not None:
                 self._clause_vectors(texts, encs, idx, probs, scores, out[-1], vectors)
         return probs, dist, scores, encs, t1 - t0, time.perf_counter() - t1, vectors
