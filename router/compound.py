@@ -149,16 +149,12 @@ def clauses_to_read(spec, text: str, primary: str, scores: np.ndarray, floor: fl
     return split_clauses(text)
 
 
-def clause_vectors(
-    text: str, clauses: Sequence[str], offsets: Sequence[tuple[int, int]], states: np.ndarray
-) -> np.ndarray:
-    """(clauses, width): the mean of each clause's token states inside the whole message, L2-normalised.
-    ``offsets`` are the tokens' character spans in ``text`` ((0, 0) for special tokens), ``states`` the
-    matching rows of the graph's token states. A clause whose tokens were cut off by truncation gets
-    zeros (the head then gives it its prior)."""
-    out = np.zeros((len(clauses), states.shape[-1]), dtype=np.float32)
+def clause_token_masks(text: str, clauses: Sequence[str], offsets: Sequence[tuple[int, int]]) -> np.ndarray:
+    """(clauses, tokens) bool: which tokens of ``text`` each clause covers, by the tokens' character spans
+    ``offsets`` ((0, 0) for special tokens). A clause cut off by truncation covers none."""
     off = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
     real = off[:, 1] > off[:, 0]
+    out = np.zeros((len(clauses), len(off)), dtype=bool)
     pos = 0
     for j, clause in enumerate(clauses):
         start = text.find(clause, pos)
@@ -167,7 +163,18 @@ def clause_vectors(
         if start < 0:
             raise ValueError(f"clause {clause!r} is not in the message {text!r}")
         end = pos = start + len(clause)
-        inside = real & (off[:, 0] >= start) & (off[:, 1] <= end)
+        out[j] = real & (off[:, 0] >= start) & (off[:, 1] <= end)
+    return out
+
+
+def clause_vectors(
+    text: str, clauses: Sequence[str], offsets: Sequence[tuple[int, int]], states: np.ndarray
+) -> np.ndarray:
+    """(clauses, width): the mean of each clause's token states inside the whole message, L2-normalised.
+    ``states`` are the rows of the graph's token states that match ``offsets``. A clause whose tokens were
+    cut off by truncation gets zeros (the head then gives it its prior)."""
+    out = np.zeros((len(clauses), states.shape[-1]), dtype=np.float32)
+    for j, inside in enumerate(clause_token_masks(text, clauses, offsets)):
         if inside.any():
             v = states[inside].astype(np.float32).mean(axis=0)
             norm = float(np.linalg.norm(v))

@@ -305,8 +305,17 @@ def test_clauses_read_in_context_need_one_graph_run_and_match_pytorch(tmp_path):
     from training.train import train
 
     out = tmp_path / "model"
-    cfg = tiny_config(max_steps=8, distil_layers=[0, 3], distil_epochs=2, clause_context_layers=[1, 2])
-    train(cfg, out, report=lambda _: None, show_progress=False)
+    cfg = tiny_config(
+        max_steps=8,
+        distil_layers=[0, 3],
+        distil_epochs=2,
+        clause_context_layers=[1, 2],
+        distil_clause_weight=1.0,
+    )
+    lines: list[str] = []
+    train(cfg, out, report=lines.append, show_progress=False)
+    epochs = [line for line in lines if line.startswith("distillation epoch")]
+    assert len(epochs) == 2 and all("clauses in context" in line for line in epochs)
     export_model(
         out,
         parity_file=[TINY / "test.jsonl", TINY / "compound" / "test.jsonl"],

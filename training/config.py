@@ -89,6 +89,12 @@ class TrainConfig(BaseModel):
         description="Keep the teacher's token embedding table fixed in the student (a third off each step).",
     )
     distil_dropout: bool = Field(True, description="Train the student with the body's dropout on.")
+    distil_clause_weight: float = Field(
+        0.0,
+        ge=0,
+        description="Weight of the clauses-in-context target (for clause_context_layers: the student's "
+        "last states pooled over a clause should be the teacher's embedding of the clause read alone).",
+    )
     # Logistic-regression head. C = 16 (weak L2; the temperature fitted on dev absorbs the sharper logits)
     # had the best dev accuracy among C = 0.25-16 on two bodies (+0.5-1 point over C = 1).
     head_c: float = Field(16.0, gt=0)

@@ -10,7 +10,12 @@ body, the student.
 Measured on this corpus (3-layer student [0, 2, 4] of the 6-layer body; dev figures, docs/speed.md):
 - the same 3 layers trained directly by SetFit lost 3-4 points of accuracy; distilled, they keep them;
 - the clauses are what a short distillation learns worst: by the embedding alone, 8 epochs found 89% of
-  dev two-intent messages and 6 epochs 78-80%; with the token states as well, 5 epochs found 88%.
+  dev two-intent messages and 6 epochs 78-80%; with the token states as well, 5 epochs found 88%;
+- ``clause_weight`` adds a third target for a router that reads clauses in context (router.manifest.
+  ClauseReader): the mean of the student's last token states over each clause of a message, normalised,
+  should be the teacher's embedding of that clause read alone. Without it, reading the clauses in
+  context lost 1-5 of 99 two-intent messages; with it, the in-context reading found as many as the
+  clauses read alone (docs/speed.md).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ def distil_body(
     hidden_weight: float = 1.0,
     freeze_embeddings: bool = True,
     dropout: bool = True,
+    clause_weight: float = 0.0,
     report: Reporter = print,
     show_progress: bool = True,
 ):
@@ -47,7 +53,8 @@ def distil_body(
     12 KB per text and student layer at 16 tokens). ``hidden_weight`` 0 trains on the embedding alone.
     ``freeze_embeddings`` keeps the token embedding table (30,522 x 384 for MiniLM, two thirds of a
     3-layer student's weights) as the teacher left it: AdamW's update of that dense table took 40% of a
-    step. ``dropout`` off trains in eval mode (faster, but measured worse on clauses)."""
+    step. ``dropout`` off trains in eval mode (faster, but measured worse on clauses). ``clause_weight`` > 0
+    adds the clauses-in-context target (module docstring)."""
     import torch
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -84,6 +91,12 @@ def distil_body(
         for j in range(len(pairs))
     ]
     report(f"distillation targets from the teacher: {time.perf_counter() - t0:.0f}s")
+    clause_targets = (
+        _clause_targets(teacher, texts, batches, [t[0] for t in targets]) if clause_weight > 0 else []
+    )
+    if clause_targets:
+        n = sum(len(c[0]) for c in clause_targets if c is not None)
+        report(f"clauses in context: {n} clause targets, {time.perf_counter() - t0:.0f}s")
 
     embeddings = student[0].auto_model.get_input_embeddings().weight
     embeddings.requires_grad_(not freeze_embeddings)
@@ -107,7 +120,7 @@ def distil_body(
         ids = list(range(len(batches)))
         for epoch in range(epochs):
             rng.shuffle(ids)
-            total = total_hidden = 0.0
+            total = total_hidden = total_clauses = 0.0
             for b in ids:
                 features, target, target_states = targets[b]
                 emb, states = _forward(student, features)
@@ -121,6 +134,13 @@ def distil_body(
                     ) / len(pairs)
                     total_hidden += hidden.detach().item()
                     loss = loss + hidden_weight * hidden
+                if clause_targets and clause_targets[b] is not None:
+                    rows, weights, target_clauses = clause_targets[b]
+                    pooled = torch.einsum("ct,cth->ch", weights, states[-1][rows])
+                    pooled = torch.nn.functional.normalize(pooled, dim=1)
+                    clauses = ((pooled - target_clauses) ** 2).sum(dim=1).mean()
+                    total_clauses += clauses.detach().item()
+                    loss = loss + clause_weight * clauses
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
@@ -129,7 +149,9 @@ def distil_body(
             if not progress.console.is_terminal or not show_progress:
                 report(
                     f"distillation epoch {epoch + 1}/{epochs}: embedding loss {total / len(ids):.4f}, "
-                    f"token states {total_hidden / len(ids):.4f} ({time.perf_counter() - t0:.0f}s)"
+                    f"token states {total_hidden / len(ids):.4f}"
+                    + (f", clauses in context {total_clauses / len(ids):.4f}" if clause_targets else "")
+                    + f" ({time.perf_counter() - t0:.0f}s)"
                 )
     student.eval()
     embeddings.requires_grad_(True)
@@ -149,6 +171,56 @@ def _forward(body, features):
     for module in list(body)[1:]:
         feats = module(feats)
     return feats["sentence_embedding"], out.hidden_states
+
+
+def _clause_targets(
+    teacher, texts: Sequence[str], batches: Sequence[Sequence[int]], features: Sequence[dict]
+):
+    """Per batch, None or (the row of each clause, its token weights (clauses, tokens): 1/n on its n tokens,
+    the teacher's normalised embedding of the clause read alone), for the messages that split into
+    clauses (router.clauses)."""
+    import numpy as np
+    import torch
+
+    from router.clauses import split_clauses
+    from router.compound import clause_token_masks
+
+    split = {i: split_clauses(texts[i]) for batch in batches for i in batch}
+    alone = sorted({c for clauses in split.values() for c in clauses})
+    if not alone:
+        return [None for _ in batches]
+    with torch.no_grad():
+        emb = teacher.encode(alone, batch_size=64, convert_to_tensor=True, show_progress_bar=False).float()
+    emb = torch.nn.functional.normalize(emb, dim=1)
+    index = {c: k for k, c in enumerate(alone)}
+    out = []
+    for batch, feats in zip(batches, features, strict=True):
+        width = feats["input_ids"].shape[1]
+        enc = teacher.tokenizer(
+            [texts[i] for i in batch],
+            padding=True,
+            truncation=True,
+            max_length=teacher.max_seq_length,
+            return_offsets_mapping=True,
+        )
+        rows, weights, targets = [], [], []
+        for r, i in enumerate(batch):
+            if not split[i]:
+                continue
+            masks = clause_token_masks(texts[i], split[i], enc["offset_mapping"][r])
+            for clause, mask in zip(split[i], masks, strict=True):
+                if mask.any():  # not cut off by truncation
+                    w = np.zeros(width, dtype=np.float32)
+                    w[: len(mask)] = mask / mask.sum()
+                    rows.append(r)
+                    weights.append(w)
+                    targets.append(index[clause])
+        out.append(
+            (torch.tensor(rows), torch.from_numpy(np.stack(weights)), emb[torch.tensor(targets)])
+            if rows
+            else None
+        )
+    return out
 
 
 def _mean_square(states, masks) -> float:

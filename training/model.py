@@ -202,6 +202,7 @@ class IntentModel:
                     hidden_weight=config.distil_hidden_weight,
                     freeze_embeddings=config.distil_freeze_embeddings,
                     dropout=config.distil_dropout,
+                    clause_weight=config.distil_clause_weight,
                     report=report,
                     show_progress=show_progress,
                 )
