@@ -191,7 +191,7 @@ class CompoundHead:
 def fit_clause_reader(
     vectors: Sequence[np.ndarray],
     targets: Sequence[np.ndarray],
-    l2: float = 1e-5,
+    l2: float = 1e-4,
     folds: int = FOLDS,
     seed: int = 0,
 ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:

@@ -66,12 +66,15 @@ class TrainConfig(BaseModel):
     # Clauses read inside the message's own graph run (router.manifest.ClauseReader): the token states of
     # these encoder layers (0 = the embeddings) pooled over each clause, through a head trained on the
     # probabilities of the clause read alone. None: each clause is read in a second run. One run keeps a
-    # long message's latency near its own run; on dev it found 86 of 99 two-intent messages against 87
-    # on a 3-layer student (layers [1, 2]), 89 against 94 on the 6-layer model (docs/speed.md).
+    # long message's latency near its own run. Alone it costs compound recall (6-layer model: 89 of 99 dev
+    # two-intent messages against 94); on a student distilled with distil_clause_weight, layer [3] found 85
+    # of 101 test ones through int8 (docs/speed.md).
     clause_context_layers: list[int] | None = Field(
-        None, description="Encoder layers whose token states read the clauses in context (e.g. [1, 2])."
+        None, description="Encoder layers whose token states read the clauses in context (e.g. [3])."
     )
-    clause_reader_l2: float = Field(1e-5, ge=0, description="L2 penalty of the in-context clause head.")
+    # 1e-4: at 1e-5 the in-context reading found one more dev message in PyTorch, but every int8 graph
+    # missed the intents-agreement gate by one to five messages
+    clause_reader_l2: float = Field(1e-4, ge=0, description="L2 penalty of the in-context clause head.")
     # Distillation (training/distil.py): after the contrastive phase, a student made of these layers of
     # the fine-tuned body learns its embeddings; the heads and the export use the student. None: no
     # student, the heads sit on the fine-tuned body.
