@@ -144,7 +144,6 @@ class Classifier:
                 )
             head = np.load(verify_file(self.model_dir, self._reader.file))
             self._reader_head = (head["coef"], head["intercept"])
-            self._floor = clause_floor(compound)
         # the token states are fetched only by the calls that read clauses
         self._outputs_states = self._outputs + ([self._reader.output] if self._reader is not None else [])
         names = {o.name for o in outputs}
@@ -186,6 +185,7 @@ class Classifier:
             else None
         )
         vectors = {} if read_clauses and self._reader is not None and scores is not None else None
+        floor = clause_floor(self.manifest.compound) if vectors is not None else 0.0
         for idx in _chunks(order, [len(e.ids) for e in encs], self.max_batch, self.max_tokens):
             if len(idx) == 1:  # no padding: the arrays straight from the encoding
                 ids = np.asarray([encs[idx[0]].ids], dtype=np.int64)
@@ -208,13 +208,13 @@ class Classifier:
             if scores is not None:
                 scores[idx] = out[len(self._outputs) - 1]  # the last of _outputs; the states follow
             if vectors is not None:
-                self._clause_vectors(texts, encs, idx, probs, scores, out[-1], vectors)
+                self._clause_vectors(texts, encs, idx, probs, scores, out[-1], floor, vectors)
         return probs, dist, scores, encs, t1 - t0, time.perf_counter() - t1, vectors
 
-    def _clause_vectors(self, texts, encs, idx, probs, scores, states, vectors) -> None:
+    def _clause_vectors(self, texts, encs, idx, probs, scores, states, floor, vectors) -> None:
         for row, i in enumerate(idx):
             primary = self.labels[int(probs[i].argmax())]
-            clauses = clauses_to_read(self.manifest.compound, texts[i], primary, scores[i], self._floor)
+            clauses = clauses_to_read(self.manifest.compound, texts[i], primary, scores[i], floor)
             if clauses:
                 n = len(encs[i].ids)
                 vectors[i] = (clauses, clause_vectors(texts[i], clauses, encs[i].offsets, states[row, :n]))
