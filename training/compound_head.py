@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from eval.calibration import softmax
 from router.compound import pair_key, resolve_intents
 from router.intents import INTENTS
 from router.manifest import ClauseReader, Compound
@@ -215,7 +216,7 @@ def fit_clause_reader(
     k = np.array([fold_of[int(o)] for o in owner])
     for f in range(max(2, folds)):
         w, b = _softmax_fit(x[k != f], y[k != f], l2)
-        crossed[k == f] = _softmax(x[k == f] @ w.T + b)
+        crossed[k == f] = softmax(x[k == f] @ w.T + b)
     w, b = _softmax_fit(x, y, l2)
     out, j = [], 0
     for n in sizes:
@@ -242,12 +243,6 @@ def _softmax_fit(
 
     opt.step(closure)
     return w.detach().numpy().astype(np.float32), b.detach().numpy().astype(np.float32)
-
-
-def _softmax(z: np.ndarray) -> np.ndarray:
-    z = z - z.max(axis=1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=1, keepdims=True)
 
 
 def _features(score: float, clause: float, has_clauses: bool) -> list[float]:
