@@ -285,6 +285,9 @@ def test_the_teacher_head_target_pulls_the_students_decision_to_the_teachers():
     emb = torch.from_numpy(teacher.encode(texts))
     weight, bias = _teacher_head(texts, [list(range(len(texts)))], [emb], labels, 16.0)
     assert weight.shape == (len(set(labels.values())), emb.shape[1])
+    two = {t: y for t, y in labels.items() if y in sorted(set(labels.values()))[:2]}  # one sklearn logit
+    w2, b2 = _teacher_head(texts, [list(range(len(texts)))], [emb], two, 16.0)
+    assert w2.shape == (2, emb.shape[1]) and float(torch.softmax(emb @ w2.T + b2, dim=1).std(dim=1).min()) > 0
 
     def kl(body):  # of the body's decision, through the teacher's head, from the teacher's
         with torch.no_grad():

@@ -85,7 +85,7 @@ class TrainConfig(BaseModel):
     # full build took 616 s against 635 s (docs/speed.md, session 25)
     distil_epochs: int = Field(4, ge=1)
     # 2e-4: against 1e-4 at 5 epochs (3-layer student of the shipped body, dev), two-intent messages found
-    # 88 -> 90 of 99 and a lower embedding loss than 8 epochs at 1e-4 (docs/speed.md, session 25)
+    # 87 -> 90 of 99 and a lower embedding loss than 8 epochs at 1e-4 (docs/speed.md, session 25)
     distil_learning_rate: float = Field(2e-4, gt=0)
     distil_batch_size: int = Field(32, ge=2)
     distil_hidden_weight: float = Field(

@@ -260,7 +260,10 @@ def _teacher_head(texts, batches, embeddings, labels: Mapping[str, str], c: floa
         raise ValueError("the teacher-head target needs labeled texts of at least two labels")
     x = torch.stack([e for e, _ in rows]).float().numpy()
     clf = LogisticRegression(C=c, max_iter=2000).fit(x, [y for _, y in rows])
-    return torch.from_numpy(clf.coef_.astype(np.float32)), torch.from_numpy(clf.intercept_.astype(np.float32))
+    coef, intercept = clf.coef_.astype(np.float32), clf.intercept_.astype(np.float32)
+    if len(clf.classes_) == 2:  # one logit for the second class: the first one's is 0
+        coef, intercept = np.vstack([np.zeros_like(coef), coef]), np.concatenate([[0.0], intercept])
+    return torch.from_numpy(coef), torch.from_numpy(intercept.astype(np.float32))
 
 
 def _mean_square(states, masks) -> float:
