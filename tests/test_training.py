@@ -283,10 +283,12 @@ def test_the_teacher_head_target_pulls_the_students_decision_to_the_teachers():
     rows = [json.loads(line) for line in (TINY / "train.jsonl").open()][:32]
     texts, labels = [r["text"] for r in rows], {r["text"]: r["label"] for r in rows}
     emb = torch.from_numpy(teacher.encode(texts))
-    weight, bias = _teacher_head(texts, [list(range(len(texts)))], [emb], labels, 16.0)
+    weight, bias = _teacher_head(
+        texts, [list(range(len(texts)))], [emb], labels, {"C": 16.0, "max_iter": 2000}
+    )
     assert weight.shape == (len(set(labels.values())), emb.shape[1])
     two = {t: y for t, y in labels.items() if y in sorted(set(labels.values()))[:2]}  # one sklearn logit
-    w2, b2 = _teacher_head(texts, [list(range(len(texts)))], [emb], two, 16.0)
+    w2, b2 = _teacher_head(texts, [list(range(len(texts)))], [emb], two, {"C": 16.0, "max_iter": 2000})
     assert w2.shape == (2, emb.shape[1]) and float(torch.softmax(emb @ w2.T + b2, dim=1).std(dim=1).min()) > 0
 
     def kl(body):  # of the body's decision, through the teacher's head, from the teacher's

@@ -47,7 +47,7 @@ def distil_body(
     clause_weight: float = 0.0,
     labels: Mapping[str, str] | None = None,
     head_weight: float = 0.0,
-    head_c: float = 16.0,
+    head_params: Mapping | None = None,
     report: Reporter = print,
     show_progress: bool = True,
 ):
@@ -61,8 +61,9 @@ def distil_body(
     3-layer student's weights) as the teacher left it: AdamW's update of that dense table took 40% of a
     step. ``dropout`` off trains in eval mode (faster, but measured worse on clauses). ``clause_weight`` > 0
     adds the clauses-in-context target (module docstring). ``head_weight`` > 0 adds the teacher's decision
-    (its labels' probabilities): a logistic head (C = ``head_c``) fitted on the teacher's embeddings of the ``labels``
-    texts, applied to every text's embedding, gives the target probabilities (KL divergence)."""
+    (its labels' probabilities): a logistic head (scikit-learn, ``head_params``: the model head's) fitted on the
+    teacher's embeddings of the ``labels`` texts, applied to every text's embedding, gives the target
+    probabilities (KL divergence)."""
     import torch
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -100,9 +101,13 @@ def distil_body(
     ]
     report(f"distillation targets from the teacher: {time.perf_counter() - t0:.0f}s")
     head = (
-        _teacher_head(texts, batches, [t[1] for t in targets], labels or {}, head_c) if head_weight else None
+        _teacher_head(texts, batches, [t[1] for t in targets], labels or {}, head_params or {})
+        if head_weight
+        else None
     )
-    if head is not None:
+    if head is not None:  # the teacher's log-probabilities, once per batch
+        weight, bias = head
+        head_targets = [torch.log_softmax(t[1] @ weight.T + bias, dim=1) for t in targets]
         report(f"teacher head on {len(labels or {})} labeled texts: {time.perf_counter() - t0:.0f}s")
     clause_targets = (
         _clause_targets(teacher, texts, batches, [t[0] for t in targets]) if clause_weight > 0 else []
@@ -155,10 +160,10 @@ def distil_body(
                     total_clauses += clauses.detach().item()
                     loss = loss + clause_weight * clauses
                 if head is not None:
-                    weight, bias = head
-                    target_logp = torch.log_softmax(target @ weight.T + bias, dim=1)
                     logp = torch.log_softmax(emb @ weight.T + bias, dim=1)
-                    kl = torch.nn.functional.kl_div(logp, target_logp, log_target=True, reduction="batchmean")
+                    kl = torch.nn.functional.kl_div(
+                        logp, head_targets[b], log_target=True, reduction="batchmean"
+                    )
                     total_head += kl.detach().item()
                     loss = loss + head_weight * kl
                 opt.zero_grad()
@@ -244,11 +249,13 @@ def _clause_targets(
     return out
 
 
-def _teacher_head(texts, batches, embeddings, labels: Mapping[str, str], c: float):
-    """(weight, bias) of a logistic head fitted on the teacher's embeddings of the labeled texts."""
-    import numpy as np
+def _teacher_head(texts, batches, embeddings, labels: Mapping[str, str], head_params: Mapping):
+    """(weight, bias), one row per label, of a logistic head fitted on the teacher's embeddings of the
+    labeled texts."""
     import torch
     from sklearn.linear_model import LogisticRegression
+
+    from training.model import softmax_weights
 
     rows = [
         (emb[r], labels[texts[i]])
@@ -259,11 +266,9 @@ def _teacher_head(texts, batches, embeddings, labels: Mapping[str, str], c: floa
     if len({y for _, y in rows}) < 2:
         raise ValueError("the teacher-head target needs labeled texts of at least two labels")
     x = torch.stack([e for e, _ in rows]).float().numpy()
-    clf = LogisticRegression(C=c, max_iter=2000).fit(x, [y for _, y in rows])
-    coef, intercept = clf.coef_.astype(np.float32), clf.intercept_.astype(np.float32)
-    if len(clf.classes_) == 2:  # one logit for the second class: the first one's is 0
-        coef, intercept = np.vstack([np.zeros_like(coef), coef]), np.concatenate([[0.0], intercept])
-    return torch.from_numpy(coef), torch.from_numpy(intercept.astype(np.float32))
+    clf = LogisticRegression(**head_params).fit(x, [y for _, y in rows])
+    coef, intercept = softmax_weights(clf)
+    return torch.from_numpy(coef), torch.from_numpy(intercept)
 
 
 def _mean_square(states, masks) -> float:

@@ -17,7 +17,7 @@ import numpy as np
 
 from router.manifest import Export, Manifest, ModelError, Variant, file_entry, load_manifest
 from router.model_card import graph_scope_metadata, stamp_graph
-from training.model import IntentModel, checkpoint_of
+from training.model import IntentModel, checkpoint_of, softmax_weights
 from training.parity import (  # noqa: F401  (re-exported: the gates live with the parity check)
     MAX_PROB_DIFF,
     PARITY_BATCH,
@@ -62,12 +62,7 @@ def _graph_module(intent_model: IntentModel, temperature: float):
     if mode not in ("mean", "mean_tokens"):
         raise ModelError(f"export supports mean pooling only, the body uses {mode!r}")
     normalize = any(type(m).__name__ == "Normalize" for m in body)
-    head = model.model_head
-    coef = np.asarray(head.coef_, dtype=np.float32)
-    intercept = np.asarray(head.intercept_, dtype=np.float32)
-    if coef.shape[0] == 1:  # binary logistic regression -> two-column softmax
-        coef = np.vstack([np.zeros_like(coef), coef])
-        intercept = np.concatenate([np.zeros(1, dtype=np.float32), intercept])
+    coef, intercept = softmax_weights(model.model_head)
 
     reader_layers = list(compound.reader_layers or []) if compound is not None else []
 

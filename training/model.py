@@ -124,9 +124,8 @@ class IntentModel:
         set_seed(config.seed)
         base = resolve_base_model(config.base_model)
         report(f"base model: {base}")
-        model = SetFitModel.from_pretrained(
-            base, labels=labels_in_data, head_params={"C": config.head_c, "max_iter": config.head_max_iter}
-        )
+        head_params = {"C": config.head_c, "max_iter": config.head_max_iter}
+        model = SetFitModel.from_pretrained(base, labels=labels_in_data, head_params=head_params)
         model.model_body.max_seq_length = config.max_seq_length
         if config.distil_layers is not None:  # fail now, not after the contrastive phase
             from training.distil import check_layers
@@ -205,7 +204,7 @@ class IntentModel:
                     clause_weight=config.distil_clause_weight,
                     labels={texts[i]: labels[i] for i in single},
                     head_weight=config.distil_head_weight,
-                    head_c=config.head_c,
+                    head_params=head_params,
                     report=report,
                     show_progress=show_progress,
                 )
@@ -482,6 +481,17 @@ class IntentModel:
                 f"{checkpoint}: head label order {model.labels} differs from the manifest's {manifest.labels}"
             )
         return model
+
+
+def softmax_weights(head) -> tuple[np.ndarray, np.ndarray]:
+    """(weight, bias), float32, of a fitted scikit-learn logistic head as one softmax logit per class: a
+    binary head has one logit, for its second class, so the first class gets a zero row."""
+    coef = np.asarray(head.coef_, dtype=np.float32)
+    intercept = np.asarray(head.intercept_, dtype=np.float32)
+    if coef.shape[0] == 1:
+        coef = np.vstack([np.zeros_like(coef), coef])
+        intercept = np.concatenate([np.zeros(1, dtype=np.float32), intercept])
+    return coef, intercept
 
 
 def check_reader_layers(layers: Sequence[int], n: int) -> None:
