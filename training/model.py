@@ -127,6 +127,7 @@ class IntentModel:
         head_params = {"C": config.head_c, "max_iter": config.head_max_iter}
         model = SetFitModel.from_pretrained(base, labels=labels_in_data, head_params=head_params)
         model.model_body.max_seq_length = config.max_seq_length
+        teacher = teacher_checkpoint(config.teacher) if config.teacher is not None else None
         if config.distil_layers is not None:  # fail now, not after the contrastive phase
             from training.distil import check_layers
 
@@ -160,7 +161,7 @@ class IntentModel:
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
                 TimeRemainingColumn(),
-                disable=not show_progress,
+                disable=not show_progress or teacher is not None,
             ) as progress:
                 task = progress.add_task("train", total=None)
                 trainer = Trainer(
@@ -179,9 +180,16 @@ class IntentModel:
                     trainer.st_trainer.args.batch_sampler = LengthBucketBatchSampler
                 t0 = time.perf_counter()
                 body_ds = _contrastive_rows(ds, config.contrastive_oos_rows, config.seed)
-                trainer.train_embeddings(*trainer.dataset_to_parameters(body_ds), args=args)
+                if teacher is None:
+                    trainer.train_embeddings(*trainer.dataset_to_parameters(body_ds), args=args)
+                else:
+                    _load_body(model.model_body, teacher)
                 body_seconds = time.perf_counter() - t0
-            report(f"contrastive phase: {body_seconds:.1f}s")
+            report(
+                f"teacher's body loaded from {teacher}: {body_seconds:.1f}s"
+                if teacher
+                else f"contrastive phase: {body_seconds:.1f}s"
+            )
             distil_seconds = 0.0
             if config.distil_layers is not None:
                 from training.distil import distil_body
@@ -492,6 +500,30 @@ def softmax_weights(head) -> tuple[np.ndarray, np.ndarray]:
         coef = np.vstack([np.zeros_like(coef), coef])
         intercept = np.concatenate([np.zeros(1, dtype=np.float32), intercept])
     return coef, intercept
+
+
+def teacher_checkpoint(path: str | Path) -> Path:
+    """The SetFit checkpoint of a teacher given as a build directory (``<dir>/checkpoint``) or as the
+    checkpoint itself."""
+    path = Path(path)
+    for candidate in (path / CHECKPOINT_DIR, path):
+        if (candidate / "modules.json").is_file():
+            return candidate
+    raise ModelError(
+        f"teacher {path}: no SetFit checkpoint there or in {path / CHECKPOINT_DIR} (exported models ship "
+        "without one: build the teacher with 'intent-router build --out DIR' and name DIR)"
+    )
+
+
+def _load_body(body, checkpoint: Path) -> None:
+    """Copy a fine-tuned body's weights into ``body``; the two must share the base model's architecture."""
+    from sentence_transformers import SentenceTransformer
+
+    source = SentenceTransformer(str(checkpoint), device="cpu")
+    try:
+        body.load_state_dict(source.state_dict())
+    except RuntimeError as e:
+        raise ModelError(f"teacher {checkpoint} does not fit base_model's architecture: {e}") from e
 
 
 def check_reader_layers(layers: Sequence[int], n: int) -> None:

@@ -14,7 +14,16 @@ from eval.calibration import softmax, summary
 from eval.data import load_labeled
 from eval.evaluator import split_metrics
 from router.intents import LABELS
-from router.manifest import Calibration, Compound, InScope, Manifest, package_versions, sha256_file
+from router.manifest import (
+    MANIFEST_NAME,
+    Calibration,
+    Compound,
+    InScope,
+    Manifest,
+    load_manifest,
+    package_versions,
+    sha256_file,
+)
 from training.config import TrainConfig
 from training.model import CHECKPOINT_DIR, IntentModel
 
@@ -139,6 +148,7 @@ def train(
                 "total": round(time.perf_counter() - t_start, 2),
             },
             "checkpoint": CHECKPOINT_DIR,
+            **({"teacher": _teacher_section(config.teacher)} if config.teacher is not None else {}),
         },
         calibration=calib,
         metrics=metrics,
@@ -147,6 +157,14 @@ def train(
     )
     manifest.save(out_dir)
     return manifest
+
+
+def _teacher_section(path: Path) -> dict:
+    """Which model a student was distilled from: its path and, for a build directory, its model id."""
+    out = {"path": str(path)}
+    if (Path(path) / MANIFEST_NAME).is_file():
+        out["model_id"] = load_manifest(path).model_id
+    return out
 
 
 def _in_scope_section(model: IntentModel) -> InScope | None:
