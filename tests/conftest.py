@@ -11,6 +11,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"
 TINY = FIXTURES / "tiny"
 SHIPPED = ROOT / "models" / "intent-minilm"
+FAST = ROOT / "models" / "intent-minilm-fast"
 
 
 def tiny_config(**overrides):
@@ -63,12 +64,13 @@ def model_copy(tiny_exported, tmp_path):
     return dst
 
 
-@pytest.fixture(scope="session")
-def shipped_router():
+@pytest.fixture(scope="session", params=[SHIPPED, FAST], ids=["default", "fast"])
+def shipped_router(request):
+    """Each shipped model: the design record's cases hold for the fast one too."""
     from router import Router
 
-    assert (SHIPPED / "manifest.json").is_file(), "the shipped model is missing from models/intent-minilm"
-    return Router.load(SHIPPED)
+    assert (request.param / "manifest.json").is_file(), f"the shipped model is missing from {request.param}"
+    return Router.load(request.param)
 
 
 VAGUE = (

@@ -314,8 +314,15 @@ def test_the_token_budget_changes_how_a_batch_runs_not_what_it_returns(shipped_r
         small = c.predict_proba(texts)
     finally:
         c.max_tokens = budget
-    # the shipped recipe quantizes activations per row or per block, so a row's batch mates do not move it
-    np.testing.assert_allclose(small, whole, atol=1e-4)
+    recipe = c.manifest.export.variants["int8"].recipe
+    if not (recipe or "").startswith("rowscaled-int8"):
+        # the default model's recipe quantizes activations per row or per block: batch mates do not move a row
+        np.testing.assert_allclose(small, whole, atol=1e-4)
+    else:
+        # the fast model's int8 attention (QAttention) scales its input per tensor, so batch mates move a row
+        # within the parity gate: measured on dev and test, max |dp| 0.09-0.10, 1-2 top-1 flips in ~770
+        assert np.abs(small - whole).max() <= 0.15
+        assert (small.argmax(axis=1) == whole.argmax(axis=1)).mean() >= 0.98
 
 
 def test_many_threads_give_the_same_answers_as_one(tiny_router):
@@ -368,3 +375,17 @@ def test_runtime_does_not_import_torch_setfit_or_sklearn():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT))
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("SEARCH")
+
+
+def test_the_fast_model_is_a_student_of_the_default_one():
+    """models/intent-minilm-fast is distilled from models/intent-minilm: when the default model is
+    retrained, the fast one has to be rebuilt from it (training/configs/fast.yaml)."""
+    from router.manifest import load_manifest
+    from tests.conftest import FAST, SHIPPED
+
+    fast, default = load_manifest(FAST), load_manifest(SHIPPED)
+    assert fast.training["teacher"]["model_id"] == default.model_id
+    int8 = fast.export.variants["int8"]
+    assert int8.parity.passed and int8.recipe.startswith("rowscaled-int8")
+    assert fast.compound is not None and fast.compound.reader is not None  # clauses read in its one run
+    assert fast.training["hyperparameters"]["distil_layers"] == [0, 2, 4]
