@@ -255,7 +255,7 @@ def _teacher_head(texts, batches, embeddings, labels: Mapping[str, str], head_pa
     import torch
     from sklearn.linear_model import LogisticRegression
 
-    from training.model import softmax_weights
+    from training.head import softmax_weights
 
     rows = [
         (emb[r], labels[texts[i]])
