@@ -145,11 +145,16 @@ def run_speed_benchmark(
     threads: int | None = None,
     report: Callable[[str], None] = print,
     runs: int = 3,
+    compare: Sequence[str | Path] = (),
 ) -> dict:
-    """Benchmark every exported variant on the same messages, and ``reference`` (a name and a loader of a
-    Predictor, e.g. SetFit PyTorch opened by the training side) if given, ``runs`` times interleaved; each
-    row is the median of the runs with the spread; ratios are against the reference."""
+    """Benchmark every exported variant on the same messages, the int8 router of each model in ``compare``
+    (e.g. the default and the fast model: on a host whose speed drifts, only an interleaved comparison is
+    a fair one), and ``reference`` (a name and a loader of a Predictor, e.g. SetFit PyTorch opened by the
+    training side) if given, ``runs`` times interleaved; each row is the median of the runs with the
+    spread; ratios are against the reference."""
     from router.manifest import load_manifest
+
+    others = [(Path(d), load_manifest(d).model_id) for d in compare]  # fail before any timing
 
     model_dir = Path(model_dir)
     manifest = load_manifest(model_dir)
@@ -168,6 +173,10 @@ def run_speed_benchmark(
         for v in present:
             report(f"run {run + 1}/{runs}: router onnx {v} ...")
             rows.append(bench_router(model_dir, texts, v, batch_size=batch_size, threads=threads))
+        for other, other_id in others:
+            report(f"run {run + 1}/{runs}: router onnx int8 of {other} ...")
+            row = bench_router(other, texts, "int8", batch_size=batch_size, threads=threads)
+            rows.append({**row, "name": f"router onnx int8: {other.name}", "model": other_id})
         if reference is not None:
             report(f"run {run + 1}/{runs}: {reference[0]} ...")
             rows.append(bench_predictor(reference[0], reference[1], texts, batch_size=batch_size))
@@ -235,3 +244,19 @@ def table_rows(result: dict) -> tuple[list[str], list[list[str]]]:
         for r in result["rows"]
     ]
     return header, rows
+
+
+def comparison_lines(result: dict) -> list[str]:
+    """One line per compared model: how much faster (> 1) or slower its int8 router ran than the
+    benchmarked model's, at p50, p99 and in batches, from the medians of the same rounds."""
+    rows = [r for r in result["rows"] if r["name"].startswith("router onnx")]
+    main = next((r for r in rows if r["name"] == "router onnx int8"), None)
+    if main is None:
+        return []
+    return [
+        f"{r['name'].split(': ', 1)[1]} against {result['model']}: p50 {main['p50_ms'] / r['p50_ms']:.2f}x, "
+        f"p99 {main['p99_ms'] / r['p99_ms']:.2f}x, batches {r['batch_msgs_per_s'] / main['batch_msgs_per_s']:.2f}x "
+        "(> 1: faster)"
+        for r in rows
+        if r["name"].startswith("router onnx int8: ")
+    ]

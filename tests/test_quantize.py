@@ -191,6 +191,28 @@ def test_the_speed_benchmark_counts_the_calls_that_ran_the_graph_twice():
     assert rows[0][header.index("2 runs")] == f"{sum(twice) / len(texts):.1%}"
 
 
+def test_the_speed_benchmark_times_a_second_model_in_the_same_rounds():
+    from eval.bench_speed import comparison_lines, run_speed_benchmark
+    from router.manifest import load_manifest
+    from tests.conftest import FAST
+
+    texts = ["find the Q3 board deck and email it to Maria", "book a meeting room for friday 3pm", "hi"]
+    said = []
+    res = run_speed_benchmark(SHIPPED, texts, variants=("int8",), runs=2, compare=[FAST], report=said.append)
+    assert [r["name"] for r in res["rows"]] == ["router onnx int8", "router onnx int8: intent-minilm-fast"]
+    assert res["rows"][1]["model"] == load_manifest(FAST).model_id and res["rows"][1]["runs"] == 2
+    assert said.index("run 1/2: router onnx int8 of " + str(FAST) + " ...") < said.index(
+        "run 2/2: router onnx int8 ..."
+    )  # interleaved, not one model after the other
+    (line,) = comparison_lines(res)
+    main, fast = res["rows"]
+    assert line.startswith(
+        f"intent-minilm-fast against {res['model']}: p50 {main['p50_ms'] / fast['p50_ms']:.2f}x"
+    )
+    with pytest.raises(Exception, match="model directory not found"):  # before any timing
+        run_speed_benchmark(SHIPPED, texts, variants=("int8",), runs=1, compare=[FAST / "missing"])
+
+
 @pytest.mark.slow
 def test_tiny_export_keeps_a_recipe_that_passes_parity_single_and_batched(tiny_exported):
     from training.export import MAX_PROB_DIFF

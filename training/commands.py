@@ -214,9 +214,12 @@ def bench_speed(
     threads: int | None = Opt(None, help="onnxruntime intra-op threads (default: all cores)."),
     out: Path | None = Opt(None, help="Also write the results as JSON."),
     runs: int = Opt(3, help="Interleaved runs; every figure is their median (spread in the JSON)."),
+    compare: list[Path] = Opt(
+        [], help="Another model directory whose int8 router runs in the same rounds (repeatable)."
+    ),
 ) -> None:
     """Latency, throughput, load time and memory: ONNX int8 and fp32 routers beside SetFit PyTorch."""
-    from eval.bench_speed import table_rows
+    from eval.bench_speed import comparison_lines, table_rows
     from training.pipeline import speed_benchmark
 
     res = speed_benchmark(
@@ -229,8 +232,11 @@ def bench_speed(
         out=out,
         report=say,
         runs=runs,
+        compare=compare,
     )
     table(f"{res['model']}: {res['messages']} messages, {res['machine']['cpus']} CPUs", *table_rows(res))
+    for line in comparison_lines(res):
+        console.print(line)
     if out:
         console.print(f"wrote {out}")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from training.config import TrainConfig
@@ -110,9 +110,11 @@ def speed_benchmark(
     out: str | Path | None = None,
     report: Reporter = print,
     runs: int = 3,
+    compare: Sequence[str | Path] = (),
 ) -> dict:
     """Time the exported router (int8, fp32) beside SetFit PyTorch (when the model has its checkpoint)
-    on the first ``limit`` messages of ``data``; with ``out``, also write the results as JSON."""
+    and the int8 router of each model in ``compare``, on the first ``limit`` messages of ``data``; with
+    ``out``, also write the results as JSON."""
     from eval.bench_speed import run_speed_benchmark
     from eval.data import load_unlabeled
     from router.manifest import load_manifest
@@ -129,7 +131,14 @@ def speed_benchmark(
     elif include_torch:
         report(f"skipping setfit pytorch: no checkpoint at {ckpt} (train the model to compare)")
     res = run_speed_benchmark(
-        model, texts, reference=reference, batch_size=batch_size, threads=threads, report=report, runs=runs
+        model,
+        texts,
+        reference=reference,
+        batch_size=batch_size,
+        threads=threads,
+        report=report,
+        runs=runs,
+        compare=compare,
     )
     if out is not None:
         write_json(res, out)
