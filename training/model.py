@@ -182,7 +182,7 @@ class IntentModel:
                 body_ds = _contrastive_rows(ds, config.contrastive_oos_rows, config.seed)
                 if teacher is None:
                     trainer.train_embeddings(*trainer.dataset_to_parameters(body_ds), args=args)
-                else:
+                else:  # the set-up above runs either way: models/intent-minilm-fast was built through it
                     _load_body(model.model_body, teacher)
                 body_seconds = time.perf_counter() - t0
             report(
