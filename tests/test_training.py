@@ -1,11 +1,12 @@
 import json
+import shutil
 
 import numpy as np
 import pytest
 
 from router.classifier import Classifier
 from router.manifest import ModelError, load_manifest
-from tests.conftest import TINY, tiny_config
+from tests.conftest import SHIPPED, TINY, tiny_config
 
 
 @pytest.mark.slow
@@ -380,12 +381,12 @@ def test_a_teacher_needs_a_student_and_a_checkpoint(tmp_path):
         TrainConfig(export_recipes=["rowscaled-int9"])
     build = tmp_path / "build"
     (build / "checkpoint").mkdir(parents=True)
-    (build / "checkpoint" / "modules.json").write_text("[]")
+    (build / "checkpoint" / "config_setfit.json").write_text("{}")
     assert teacher_checkpoint(build) == build / "checkpoint"
     assert teacher_checkpoint(build / "checkpoint") == build / "checkpoint"
     shipped = tmp_path / "shipped"  # laid out like models/: manifest and graphs, no checkpoint
     shipped.mkdir()
-    (shipped / "manifest.json").write_text("{}")
+    shutil.copy(SHIPPED / "manifest.json", shipped / "manifest.json")
     with pytest.raises(ModelError, match="intent-router build --out"):
         teacher_checkpoint(shipped)
 

@@ -495,8 +495,9 @@ def teacher_checkpoint(path: str | Path) -> Path:
     """The SetFit checkpoint of a teacher given as a build directory (``<dir>/checkpoint``) or as the
     checkpoint itself."""
     path = Path(path)
-    for candidate in (path / CHECKPOINT_DIR, path):
-        if (candidate / "modules.json").is_file():
+    named = checkpoint_of(path, load_manifest(path)) if (path / MANIFEST_NAME).is_file() else None
+    for candidate in (named, path / CHECKPOINT_DIR, path):
+        if candidate is not None and is_setfit_checkpoint(candidate):
             return candidate
     raise ModelError(
         f"teacher {path}: no SetFit checkpoint there or in {path / CHECKPOINT_DIR} (exported models ship "
