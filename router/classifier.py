@@ -137,6 +137,7 @@ class Classifier:
         if compound is not None:
             self._outputs.append(compound.output)
         self._reader = compound.reader if compound is not None else None
+        self._clause_floor = clause_floor(compound) if compound is not None else 0.0
         if self._reader is not None:  # clauses read from this run's token states, not a second run
             if self._reader.file is None:
                 raise ModelError(
@@ -185,7 +186,7 @@ class Classifier:
             else None
         )
         vectors = {} if read_clauses and self._reader is not None and scores is not None else None
-        floor = clause_floor(self.manifest.compound) if vectors is not None else 0.0
+        floor = self._clause_floor if vectors is not None else 0.0
         for idx in _chunks(order, [len(e.ids) for e in encs], self.max_batch, self.max_tokens):
             if len(idx) == 1:  # no padding: the arrays straight from the encoding
                 ids = np.asarray([encs[idx[0]].ids], dtype=np.int64)
@@ -291,10 +292,12 @@ class Classifier:
         intents, clauses = self._intents(texts, probs, scores, vectors)
         inf_s += time.perf_counter() - t0  # the clauses' own run
         tok_ms, inf_ms = tok_s * 1000 / len(texts), inf_s * 1000 / len(texts)
+        # plain floats once per batch: numpy scalars cost more per message than the rest of this loop
+        rows, dists = probs.tolist(), dist.tolist() if dist is not None else None
+        rows_scores = scores.tolist() if scores is not None else None
         out = []
-        for i, (row, enc) in enumerate(zip(probs, encs, strict=True)):
-            order = np.argsort(-row)
-            ranking = [(self.labels[j], float(row[j])) for j in order]
+        for i, enc in enumerate(encs):
+            ranking = sorted(zip(self.labels, rows[i], strict=True), key=_by_probability)
             out.append(
                 Classification(
                     label=ranking[0][0],
@@ -304,15 +307,19 @@ class Classifier:
                     inference_ms=inf_ms,
                     truncated=bool(enc.overflowing),
                     num_tokens=len(enc.ids),
-                    distance=float(dist[i]) if dist is not None else None,
-                    intent_scores=dict(zip(self.compound_intents, scores[i].tolist(), strict=True))
-                    if scores is not None
+                    distance=dists[i] if dists is not None else None,
+                    intent_scores=dict(zip(self.compound_intents, rows_scores[i], strict=True))
+                    if rows_scores is not None
                     else None,
                     intents=intents[i],
                     clauses=clauses[i],
                 )
             )
         return out
+
+
+def _by_probability(item: tuple[str, float]) -> float:
+    return -item[1]
 
 
 def _chunks(

@@ -129,8 +129,9 @@ def resolve_batch(
         ]
     split = [list(c) for c in split]
     intents, details = [], []
+    score_rows = np.asarray(scores, dtype=np.float64).tolist()  # plain floats, converted once
     for i, (clauses, rows) in enumerate(zip(split, read(split), strict=True)):
-        row_scores = dict(zip(spec.intents, map(float, scores[i]), strict=True))
+        row_scores = dict(zip(spec.intents, score_rows[i], strict=True))
         intents.append(resolve_intents(primaries[i], spec, row_scores, rows, threshold))
         details.append(
             [
@@ -174,10 +175,11 @@ def clause_vectors(
     ``states`` are the rows of the graph's token states that match ``offsets``. A clause whose tokens were
     cut off by truncation gets zeros (the head then gives it its prior)."""
     out = np.zeros((len(clauses), states.shape[-1]), dtype=np.float32)
+    states = np.asarray(states, dtype=np.float32)  # no copy when they are float32 already
     for j, inside in enumerate(clause_token_masks(text, clauses, offsets)):
         if inside.any():
-            v = states[inside].astype(np.float32).mean(axis=0)
-            norm = float(np.linalg.norm(v))
+            v = states[inside].mean(axis=0)
+            norm = float(np.sqrt(v.dot(v)))  # np.linalg.norm of a vector, without its checks
             out[j] = v / norm if norm > 0 else v
     return out
 

@@ -47,10 +47,11 @@ def low_signal_reason(text: str) -> str | None:
     if not any(ch.isalnum() for ch in stripped):
         return "no_alphanumerics"
     tokens = stripped.split()
-    alpha_only = [t for t in tokens if _WORD.fullmatch(t.strip(".,!?;:'\"()[]"))]
-    if len(alpha_only) != len(tokens) or len(tokens) > 4:
-        return None  # identifiers, numbers or a real sentence: let the classifier judge
+    if len(tokens) > 4:
+        return None  # a real sentence: let the classifier judge
     words = [t.strip(".,!?;:'\"()[]") for t in tokens]
+    if not all(_WORD.fullmatch(w) for w in words):
+        return None  # identifiers or numbers: let the classifier judge
     gibberish = [_gibberish_word(w) for w in words]
     # a short word without a vowel ("sdf" in "dfgdfg sdf", but also "pdf", "crm") says nothing either way
     if any(gibberish) and all(g or _short_without_vowel(w) for g, w in zip(gibberish, words, strict=True)):
