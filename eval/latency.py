@@ -1,4 +1,4 @@
-"""Latency: the one timer (``time_calls``, ``time_batches``), percentiles, and a predictor's latency report."""
+"""Latency: the one timer (``time_calls``, ``time_batches``, ``time_batches_paired``), percentiles, and a predictor's latency report."""
 
 from __future__ import annotations
 
@@ -59,16 +59,33 @@ def time_batches(
     warmup: bool = False,
 ) -> tuple[int, float]:
     """(messages, seconds) of ``fn`` over ``texts`` in batches; passes repeat until ``min_seconds``."""
+    n, (seconds,) = time_batches_paired([fn], texts, batch_size, min_seconds, warmup)
+    return n, seconds
+
+
+def time_batches_paired(
+    fns: Sequence[Callable[[list[str]], object]],
+    texts: Sequence[str],
+    batch_size: int = DEFAULT_BATCH,
+    min_seconds: float = 0.0,
+    warmup: bool = False,
+) -> tuple[int, list[float]]:
+    """(messages, seconds of each fn): every batch goes through each of ``fns`` in turn, so on a host whose
+    speed drifts their difference is still what one adds to the other; passes repeat until the summed
+    seconds reach ``min_seconds``."""
     if warmup:
-        fn(list(texts[:batch_size]))
-    n, t0 = 0, time.perf_counter()
+        for fn in fns:
+            fn(list(texts[:batch_size]))
+    n, seconds = 0, [0.0] * len(fns)
     while True:
         for i in range(0, len(texts), batch_size):
             chunk = list(texts[i : i + batch_size])
-            fn(chunk)
+            for k, fn in enumerate(fns):
+                t0 = time.perf_counter()
+                fn(chunk)
+                seconds[k] += time.perf_counter() - t0
             n += len(chunk)
-        seconds = time.perf_counter() - t0
-        if seconds >= min_seconds or not texts:
+        if sum(seconds) >= min_seconds or not texts:
             return n, seconds
 
 

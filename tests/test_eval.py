@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from eval.gate import DEFAULT_POLICY, GateError, gate_passed, make_baseline, run_gate
-from eval.latency import percentiles
+from eval.latency import percentiles, time_batches_paired
 from eval.metrics import calibration_metrics, classification_metrics, misclassified
 from eval.thresholds import at_threshold, oos_recall, threshold_sweep
 from tests.verifier_support import OracleVerifier
@@ -103,6 +103,21 @@ def test_percentiles():
     assert p["n"] == 100 and p["p50_ms"] == 50.5 and p["max_ms"] == 100
     assert p["p95_ms"] == pytest.approx(95.05) and p["p99_ms"] == pytest.approx(99.01)
     assert percentiles([])["p50_ms"] is None
+
+
+def test_paired_batches_go_through_each_function_in_turn_and_keep_their_times_apart():
+    import time
+
+    calls = []
+    slow = lambda b: (calls.append(("slow", tuple(b))), time.sleep(0.004))  # noqa: E731
+    fast = lambda b: calls.append(("fast", tuple(b)))  # noqa: E731
+    n, (slow_s, fast_s) = time_batches_paired([slow, fast], ["a", "b", "c"], batch_size=2)
+    assert n == 3
+    assert calls == [("slow", ("a", "b")), ("fast", ("a", "b")), ("slow", ("c",)), ("fast", ("c",))]
+    assert slow_s >= 0.008 > fast_s  # each call's time is its own function's
+    calls.clear()
+    n, seconds = time_batches_paired([slow, fast], ["a", "b", "c"], batch_size=2, min_seconds=0.02)
+    assert n == 9 and len(calls) == 12 and sum(seconds) >= 0.02  # whole passes until the sum is reached
 
 
 def test_verifier_lift_hand_case():
