@@ -137,7 +137,6 @@ class Classifier:
         if compound is not None:
             self._outputs.append(compound.output)
         self._reader = compound.reader if compound is not None else None
-        self._clause_floor = clause_floor(compound) if compound is not None else 0.0
         if self._reader is not None:  # clauses read from this run's token states, not a second run
             if self._reader.file is None:
                 raise ModelError(
@@ -186,7 +185,7 @@ class Classifier:
             else None
         )
         vectors = {} if read_clauses and self._reader is not None and scores is not None else None
-        floor = self._clause_floor if vectors is not None else 0.0
+        floor = clause_floor(self.manifest.compound) if vectors is not None else 0.0
         for idx in _chunks(order, [len(e.ids) for e in encs], self.max_batch, self.max_tokens):
             if len(idx) == 1:  # no padding: the arrays straight from the encoding
                 ids = np.asarray([encs[idx[0]].ids], dtype=np.int64)
