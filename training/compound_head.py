@@ -100,7 +100,8 @@ class CompoundHead:
         stacker = LogisticRegression(C=1.0, max_iter=2000).fit(np.array(rows), np.array(targets))
         head.weights, head.bias = [float(w) for w in stacker.coef_[0]], float(stacker.intercept_[0])
         pairs = Counter(tuple(s) for s in label_sets if len(s) == 2)
-        for a, b in {tuple(sorted(p)) for p in pairs}:
+        # sorted, not a set's order (which varies from run to run): the same build writes the same manifest
+        for a, b in sorted({tuple(sorted(p)) for p in pairs}):
             head.primary_order[pair_key(a, b)] = a if pairs[(a, b)] >= pairs[(b, a)] else b
         return head
 
