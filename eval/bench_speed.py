@@ -268,3 +268,30 @@ def comparison_lines(result: dict) -> list[str]:
         for r in rows
         if r["name"].startswith("router onnx int8: ")
     ]
+
+
+_GOAL_TEXT = {  # how each goal reads in goal_lines: label, value format, unit
+    "p50_ms": ("p50", "{:.2f}", " ms"),
+    "p99_ms": ("p99", "{:.2f}", " ms"),
+    "batch_msgs_per_s": ("batches", "{:,.0f}", " msg/s"),
+    "router_overhead_ms": ("overhead", "{:.3f}", " ms"),
+    "speedup_p50_vs_setfit": ("p50 vs PyTorch", "{:.1f}", "x"),
+}
+
+
+def goal_lines(result: dict) -> list[str]:
+    """One line per router row: each of issue #12's GOALS with the row's median and whether it is met."""
+    out = []
+    for r in result["rows"]:
+        goals = r.get("goals") or {}
+        parts = []
+        for k, met in goals.items():
+            label, fmt, unit = _GOAL_TEXT[k]
+            if k == "speedup_p50_vs_setfit" and r.get("model", result["model"]) != result["model"]:
+                label = f"p50 vs {result['model']}'s PyTorch"  # a compared model, against another's PyTorch
+            sign = ">=" if k in ("speedup_p50_vs_setfit", "batch_msgs_per_s") else "<="
+            bound = fmt.format(GOALS[k])
+            parts.append(f"{label} {fmt.format(r[k])}{unit} ({sign} {bound}: {'met' if met else 'missed'})")
+        if parts:
+            out.append(f"{r['name']}, issue #12's goals: " + ", ".join(parts))
+    return out

@@ -213,6 +213,25 @@ def test_the_speed_benchmark_times_a_second_model_in_the_same_rounds():
         run_speed_benchmark(SHIPPED, texts, variants=("int8",), runs=1, compare=[FAST / "missing"])
 
 
+def test_goal_lines_say_which_of_the_speed_goals_each_router_meets():
+    from eval.bench_speed import check_goals, goal_lines
+
+    main = {"name": "router onnx int8", "p50_ms": 0.7, "p99_ms": 2.2, "batch_msgs_per_s": 1600.0}
+    main.update(router_overhead_ms=0.08, speedup_p50_vs_setfit=7.5)
+    other = {**main, "name": "router onnx int8: other", "model": "other@1", "speedup_p50_vs_setfit": 9.0}
+    torch_row = {"name": "setfit pytorch predict_proba", "p50_ms": 5.2}
+    for r in (main, other):
+        r["goals"] = check_goals(r)
+    lines = goal_lines({"model": "main@1", "rows": [main, other, torch_row]})
+    assert len(lines) == 2  # the PyTorch row has no goals
+    assert lines[0] == (
+        "router onnx int8, issue #12's goals: p50 0.70 ms (<= 1.00: met), p99 2.20 ms (<= 2.00: missed), "
+        "p50 vs PyTorch 7.5x (>= 8.0: missed), batches 1,600 msg/s (>= 1,500: met), "
+        "overhead 0.080 ms (<= 0.100: met)"
+    )
+    assert "p50 vs main@1's PyTorch 9.0x (>= 8.0: met)" in lines[1]  # a compared model names the reference
+
+
 @pytest.mark.slow
 def test_tiny_export_keeps_a_recipe_that_passes_parity_single_and_batched(tiny_exported):
     from training.export import MAX_PROB_DIFF

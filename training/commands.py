@@ -219,7 +219,7 @@ def bench_speed(
     ),
 ) -> None:
     """Latency, throughput, load time and memory: ONNX int8 and fp32 routers beside SetFit PyTorch."""
-    from eval.bench_speed import comparison_lines, table_rows
+    from eval.bench_speed import comparison_lines, goal_lines, table_rows
     from training.pipeline import speed_benchmark
 
     res = speed_benchmark(
@@ -235,7 +235,7 @@ def bench_speed(
         compare=compare,
     )
     table(f"{res['model']}: {res['messages']} messages, {res['machine']['cpus']} CPUs", *table_rows(res))
-    for line in comparison_lines(res):
+    for line in comparison_lines(res) + goal_lines(res):
         console.print(line)
     if out:
         console.print(f"wrote {out}")
