@@ -291,7 +291,7 @@ class Classifier:
         intents, clauses = self._intents(texts, probs, scores, vectors)
         inf_s += time.perf_counter() - t0  # the clauses' own run
         tok_ms, inf_ms = tok_s * 1000 / len(texts), inf_s * 1000 / len(texts)
-        # plain floats once per batch: numpy scalars cost more per message than the rest of this loop
+        # plain floats, converted once per batch rather than as numpy scalars per message
         rows, dists = probs.tolist(), dist.tolist() if dist is not None else None
         rows_scores = scores.tolist() if scores is not None else None
         out = []
