@@ -122,6 +122,8 @@ GOALS = {
     "batch_msgs_per_s": 1500.0,
     "router_overhead_ms": 0.1,
 }
+# the goals a row meets from above (>=); the others are upper limits (<=)
+_AT_LEAST = ("speedup_p50_vs_setfit", "batch_msgs_per_s")
 _SPREAD = ("p50_ms", "p99_ms", "batch_msgs_per_s", "router_overhead_ms")
 
 
@@ -139,9 +141,7 @@ def _median_row(runs: list[dict]) -> dict:
 def check_goals(row: dict) -> dict[str, bool]:
     """Which of GOALS a router row meets (``>=`` for speed-up and throughput, ``<=`` for times)."""
     return {
-        k: (row[k] >= bound if k in ("speedup_p50_vs_setfit", "batch_msgs_per_s") else row[k] <= bound)
-        for k, bound in GOALS.items()
-        if k in row
+        k: (row[k] >= bound if k in _AT_LEAST else row[k] <= bound) for k, bound in GOALS.items() if k in row
     }
 
 
@@ -290,7 +290,7 @@ def goal_lines(result: dict) -> list[str]:
             label, fmt, unit = _GOAL_TEXT[k]
             if k == "speedup_p50_vs_setfit" and r.get("model", result["model"]) != result["model"]:
                 label = f"p50 vs {result['model']}'s PyTorch"  # a compared model, against another's PyTorch
-            sign = ">=" if k in ("speedup_p50_vs_setfit", "batch_msgs_per_s") else "<="
+            sign = ">=" if k in _AT_LEAST else "<="
             bound = fmt.format(GOALS[k])
             parts.append(f"{label} {fmt.format(r[k])}{unit} ({sign} {bound}: {'met' if met else 'missed'})")
         if parts:
