@@ -131,9 +131,24 @@ def test_keep_recipe_leaves_the_kept_node_in_matmul_nbits(tmp_path):
     ops = {n.op_type for n in nodes}
     assert "MatMulNBits" in ops and ops & {"MatMulInteger", "DynamicQuantizeMatMul"}
     assert [n.op_type for n in nodes if n.name.startswith(kept.removesuffix("/MatMul"))] == ["MatMulNBits"]
+    assert [n.op_type for n in nodes if n.name.startswith("/MatMul")] == ["MatMul"]  # the head stays fp32
     x = _activations()
     ref = _run(tmp_path / "g.onnx", x)
     assert np.abs(_run(tmp_path / "q.onnx", x) - ref).max() < 0.05 * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("recipe", ["fused-nbits8-b32", "nbits8-b32"])
+def test_nbits_recipes_quantize_the_encoder_and_only_nbits8_the_head(tmp_path, recipe):
+    """fused-nbits8-b32 keeps to the encoder's MatMuls; nbits8-b32 takes every MatMul."""
+    from training.quantize import quantize
+
+    _graph(tmp_path / "g.onnx", layers=2)
+    quantize(recipe, tmp_path / "g.onnx", tmp_path / "g.onnx", tmp_path / "q.onnx")
+    ops = {n.name: n.op_type for n in onnx.load(str(tmp_path / "q.onnx")).graph.node}
+    encoder = [op for name, op in ops.items() if name.startswith("/transformer/")]
+    head = [op for name, op in ops.items() if name.startswith("/MatMul")]
+    assert encoder == ["MatMulNBits", "MatMulNBits"]
+    assert head == (["MatMul"] if recipe == "fused-nbits8-b32" else ["MatMulNBits"])
 
 
 def test_parity_text_keeps_splits_and_labels_of_labelled_files(tmp_path):

@@ -166,15 +166,18 @@ def _rowscaled(fused: Path, dst: Path, keep: Sequence[str] = (), only: Sequence[
 
 
 def _nbits(model, dst: Path, nodes: Sequence[str] | None = None) -> None:
+    """MatMulNBits 8-bit on ``nodes`` (every MatMul when None). The quantizer's ``nodes_to_include`` adds
+    to the MatMuls it takes anyway, so the others are named in ``nodes_to_exclude``: the heads stay fp32."""
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
+    wanted = None if nodes is None else set(nodes)
     quantizer = MatMulNBitsQuantizer(
         model,
         bits=8,
         block_size=NBITS_BLOCK,
         is_symmetric=True,
         accuracy_level=4,
-        nodes_to_include=list(nodes) if nodes is not None else None,
+        nodes_to_exclude=[n.name for n in model.graph.node if wanted is not None and n.name not in wanted],
     )
     quantizer.process()
     quantizer.model.save_model_to_file(str(dst))
