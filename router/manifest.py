@@ -165,6 +165,9 @@ class Parity(BaseModel):
     batched_split_intents_agreement: dict[str, float] | None = None
     # labelled splits: accuracy and ECE of this graph and of the PyTorch model (reference_*)
     quality: dict[str, dict[str, float]] | None = None
+    # the machine and its integer dot-product instructions (int8 kernels differ between them), e.g.
+    # "x86_64 avx2" or "x86_64 avx512_vnni"
+    cpu: str | None = None
 
 
 class Variant(BaseModel):

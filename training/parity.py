@@ -101,6 +101,24 @@ def _quality(probs: np.ndarray, y: np.ndarray) -> dict[str, float]:
     return {"accuracy": float((probs.argmax(1) == y).mean()), "ece": float(ece(probs, y))}
 
 
+_DOT_PRODUCT_FLAGS = ("avx512_vnni", "avx_vnni", "avx512bw", "avx2", "asimddp", "i8mm")
+
+
+def cpu_name() -> str:
+    """The machine and the integer dot-product instruction sets its CPU reports (Linux /proc/cpuinfo)."""
+    import platform
+
+    flags: set[str] = set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    flags.update(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return " ".join([platform.machine() or "unknown", *(f for f in _DOT_PRODUCT_FLAGS if f in flags)])
+
+
 def check_parity(
     model,
     model_dir: Path,
@@ -193,6 +211,7 @@ def check_parity(
             split_intents_agreement=split_sets.get(1) or None,
             batched_split_intents_agreement=split_sets.get(PARITY_BATCH) or None,
             quality=quality or None,
+            cpu=cpu_name(),
         )
         scope_note = "" if scope is None else f", in-scope flag agreement {scope:.4f}/{b_scope:.4f}"
         if sets is not None:

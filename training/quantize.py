@@ -7,7 +7,8 @@ All work on any BERT-style encoder the export writes (nothing is tied to the shi
 - ``rowscaled-int8`` (fast): the fused graph, every transformer MatMul fed by its input divided by the
   row's (token's) absolute maximum and the output multiplied back, then dynamic int8 with per-channel
   weights (MatMulInteger, QAttention). Dividing per token keeps the few tokens with massive activations
-  (e.g. [CLS] at ~30 against ~5 elsewhere) from setting one coarse scale for the whole tensor.
+  (e.g. [CLS] at ~30 against ~5 elsewhere) from setting one coarse scale for the whole tensor. The
+  weights keep 7 bits (``WEIGHT_BITS``) so that CPUs without VNNI compute the same graph.
 - ``rowscaled-int8-keepK``: the same, except the K encoder nodes whose int8 version alone moves the
   probabilities most on a calibration sample (``rank_sensitivity``, measured at export) are left out:
   their MatMuls become MatMulNBits 8-bit (block 32), a fused Attention stays fp32.
@@ -27,8 +28,15 @@ from pathlib import Path
 import numpy as np
 
 NBITS_BLOCK = 32
+# rowscaled-int8's weights use 7 of their 8 bits (onnxruntime's reduce_range). x86 CPUs without VNNI
+# (AVX2 only) multiply uint8 activations by int8 weights with vpmaddubsw, which sums each pair of products
+# into int16 and saturates: 255 * 127 * 2 > 32767. With weights in [-64, 63] no pair can overflow, so
+# the graph computes the same integers on every CPU (with VNNI, AVX2 or ARM dot products); with 8-bit
+# weights a per-token scaled graph, whose activations fill the uint8 range, lost up to a tenth of its
+# output on AVX2 where VNNI lost 1% (tests/test_quantize.py, docs/speed.md session 29).
+WEIGHT_BITS = 7
 RECIPES = {
-    "rowscaled-int8": "fused attention; per-token scaled MatMuls; dynamic int8, per-channel weights "
+    "rowscaled-int8": "fused attention; per-token scaled MatMuls; dynamic int8, 7-bit per-channel weights "
     "(MatMulInteger, QAttention)",
     "fused-nbits8-b32": "fused attention kept fp32; encoder MatMuls MatMulNBits 8-bit weights, block 32, "
     "symmetric, accuracy_level 4",
@@ -159,6 +167,7 @@ def _rowscaled(fused: Path, dst: Path, keep: Sequence[str] = (), only: Sequence[
             per_channel=True,
             op_types_to_quantize=["MatMul", "Attention"],
             nodes_to_quantize=nodes,
+            reduce_range=True,  # 7-bit weights: no CPU saturates the products (WEIGHT_BITS)
             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
         )
         if keep:
@@ -181,6 +190,53 @@ def _nbits(model, dst: Path, nodes: Sequence[str] | None = None) -> None:
     )
     quantizer.process()
     quantizer.model.save_model_to_file(str(dst))
+
+
+def integer_reference(model):
+    """``model`` with every MatMulInteger computed in float64 and every QAttention as an fp32 Attention on
+    its dequantized input and weights: the exact integer arithmetic the int8 graph stands for, as a CPU with
+    VNNI computes it. onnxruntime on another CPU should give the same outputs (``WEIGHT_BITS``)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = {i.name: i for i in model.graph.initializer}
+    out = []
+    for n in model.graph.node:
+        p = n.name
+        if n.op_type == "MatMulInteger":
+            a, b, a_zero, b_zero = n.input
+            for src, zero, side in ((a, a_zero, "a"), (b, b_zero, "b")):
+                out += [
+                    helper.make_node("Cast", [src], [f"{p}_{side}f"], to=TensorProto.DOUBLE),
+                    helper.make_node("Cast", [zero], [f"{p}_{side}z"], to=TensorProto.DOUBLE),
+                    helper.make_node("Sub", [f"{p}_{side}f", f"{p}_{side}z"], [f"{p}_{side}0"]),
+                ]
+            out += [
+                helper.make_node("MatMul", [f"{p}_a0", f"{p}_b0"], [f"{p}_y"]),
+                helper.make_node("Cast", [f"{p}_y"], [n.output[0]], to=TensorProto.INT32),
+            ]
+        elif n.op_type == "QAttention":
+            x, w, bias, x_scale, w_scale, mask, x_zero, w_zero = (list(n.input) + [""] * 8)[:8]
+            weight = numpy_helper.to_array(inits[w]).astype(np.float64)
+            if w_zero:
+                weight -= numpy_helper.to_array(inits[w_zero]).astype(np.float64)
+            weight *= numpy_helper.to_array(inits[w_scale]).astype(np.float64)
+            model.graph.initializer.append(numpy_helper.from_array(weight.astype(np.float32), p + "_w"))
+            attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+            out += [
+                helper.make_node("DequantizeLinear", [x, x_scale, x_zero], [p + "_x"]),
+                helper.make_node(
+                    "Attention",
+                    [p + "_x", p + "_w", bias, mask],
+                    list(n.output),
+                    domain="com.microsoft",
+                    **attrs,
+                ),
+            ]
+        else:
+            out.append(n)
+    del model.graph.node[:]
+    model.graph.node.extend(out)
+    return model
 
 
 def _attention_shape(model) -> tuple[int, int] | None:
