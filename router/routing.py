@@ -12,15 +12,7 @@ from router import env as envvars
 from router.classifier import Classification, Classifier
 from router.compound import compound_confidence, merge_skills
 from router.config import RouterConfig, validate_threshold
-from router.decision import (
-    Decision,
-    InputInfo,
-    Latency,
-    RankedIntent,
-    ReasonCode,
-    Scope,
-    TraceStep,
-)
+from router.decision import Decision, ReasonCode
 from router.guardrail import low_signal_reason
 from router.intents import INTENTS, LABELS, OUT_OF_SCOPE
 from router.rbac import grant_skills
@@ -87,16 +79,16 @@ class Router:
         if not isinstance(role, str):
             raise TypeError(f"role must be a str, got {type(role).__name__}")
         t0 = time.perf_counter()
-        prepared: list[tuple[str, InputInfo, str | None, int]] = []
+        prepared: list[tuple[str, dict, str | None, int]] = []
         for text in texts:
             if not isinstance(text, str):  # e.g. null or a number from a JSON client
-                prepared.append(("", InputInfo(chars=0), f"not a string ({type(text).__name__})", 0))
+                prepared.append(("", {"chars": 0}, f"not a string ({type(text).__name__})", 0))
                 continue
             text, repaired = repair_text(text)
-            info = InputInfo(chars=len(text))
+            info = {"chars": len(text)}  # InputInfo
             if len(text) > self.config.max_chars:
                 text = text[: self.config.max_chars]
-                info.truncated_chars = True
+                info["truncated_chars"] = True
             prepared.append((text, info, None, repaired))
         results: dict[int, Classification] = {}
         invalid: dict[int, str] = {i: why for i, (_, _, why, _) in enumerate(prepared) if why}
@@ -146,133 +138,126 @@ class Router:
         return results, failed
 
     # ---------------------------------------------------------------------------------- stages
+    # The stages build the Decision's parts as plain dicts and lists (InputInfo, Latency, Scope, TraceStep,
+    # RankedIntent) and validate them once, with the Decision: one call into pydantic-core instead of about
+    # fifteen model constructors a message (docs/speed.md, session 29).
     def _skill_free(
         self, role, info, reason, source, servable, message, trace, c=None, scope=None, latency=None
     ):
         """A decision that loads no skill: invalid input, low signal, out of scope."""
-        return Decision(
-            intent=None,
-            confidence=c.confidence if c is not None else None,
-            ranking=_ranking(c) if c is not None else [],
-            scope=scope,
-            source=source,
-            reason_code=reason,
-            role=role,
-            skills={"required": [], "optional": []},
-            servable=servable,
-            message=message,
-            threshold=self.threshold,
-            model_id=self.classifier.model_id,
-            input=info,
-            latency=latency or Latency(),
-            trace=trace,
+        return Decision.model_validate(
+            dict(
+                intent=None,
+                confidence=c.confidence if c is not None else None,
+                ranking=_ranking(c) if c is not None else [],
+                scope=scope,
+                source=source,
+                reason_code=reason,
+                role=role,
+                skills={"required": [], "optional": []},
+                servable=servable,
+                message=message,
+                threshold=self.threshold,
+                model_id=self.classifier.model_id,
+                input=info,
+                latency=latency or {},
+                trace=trace,
+            )
         )
 
-    def _invalid(self, role: str, info: InputInfo, why: str) -> Decision:
-        trace = [TraceStep(stage="guardrail", status="invalid_input", detail={"why": why})]
+    def _invalid(self, role: str, info: dict, why: str) -> Decision:
+        trace = [_step("guardrail", "invalid_input", {"why": why})]
         message = f"invalid input ({why}): nothing was routed"
         return self._skill_free(role, info, ReasonCode.INVALID_INPUT, "guardrail", False, message, trace)
 
-    def _guardrail(self, role: str, info: InputInfo, why: str) -> Decision:
-        trace = [TraceStep(stage="guardrail", status="low_signal", detail={"why": why})]
+    def _guardrail(self, role: str, info: dict, why: str) -> Decision:
+        trace = [_step("guardrail", "low_signal", {"why": why})]
         message = f"low-signal input ({why}): no skills are loaded; ask the user what they need"
         return self._skill_free(role, info, ReasonCode.LOW_SIGNAL, "guardrail", True, message, trace)
 
     def _decide(
-        self, text: str, role: str, info: InputInfo, c: Classification, previous: Decision | None
+        self, text: str, role: str, info: dict, c: Classification, previous: Decision | None
     ) -> Decision:
-        info.truncated_tokens = c.truncated
+        info["truncated_tokens"] = c.truncated
+        detail = {"label": c.label, "confidence": round(c.confidence, 6), "tokens": c.num_tokens}
         trace = [
-            TraceStep(stage="guardrail", status="pass"),
-            TraceStep(
-                stage="classifier",
-                status="ok",
-                ms=round(c.tokenize_ms + c.inference_ms, 4),
-                detail={"label": c.label, "confidence": round(c.confidence, 6), "tokens": c.num_tokens},
-            ),
+            _step("guardrail", "pass"),
+            _step("classifier", "ok", detail, round(c.tokenize_ms + c.inference_ms, 4)),
         ]
-        latency = Latency(tokenize_ms=round(c.tokenize_ms, 4), inference_ms=round(c.inference_ms, 4))
+        latency = {"tokenize_ms": round(c.tokenize_ms, 4), "inference_ms": round(c.inference_ms, 4)}
         scope = self._scope(c)
+        signals = scope["signals"]
         follow_up = previous is not None and previous.intent is not None
         intent: str | None
-        if scope.signals and not follow_up:
-            trace.append(TraceStep(stage="scope", status="out_of_scope", detail={"signals": scope.signals}))
+        if signals and not follow_up:
+            trace.append(_step("scope", "out_of_scope", {"signals": signals}))
             return self._out_of_scope(c, scope, "classifier", role, info, latency, trace)
         primary = c.intents[0] if c.intents else c.label  # a compound request: its end goal first
         secondary = c.intents[1] if len(c.intents) > 1 else None
         probs = dict(c.ranking)
         pair = compound_confidence(probs, c.intents, c.clauses)
-        if not scope.signals and (c.confidence >= self.threshold or pair >= self.threshold):
+        if not signals and (c.confidence >= self.threshold or pair >= self.threshold):
             detail = {"threshold": self.threshold}
             reason = ReasonCode.CONFIDENT
             if c.confidence < self.threshold:  # unsure only between the two intents the message asks for
                 detail["pair_confidence"] = round(pair, 6)
                 reason = ReasonCode.CONFIDENT_COMPOUND
-            trace.append(TraceStep(stage="threshold", status="accepted", detail=detail))
+            trace.append(_step("threshold", "accepted", detail))
             intent, source = primary, "classifier"
             if c.intent_scores is not None:
                 trace.append(_compound_step(c))
         else:  # unsure, or out of scope right after a turn it may continue ("yes", "and for next week?")
-            status = "out_of_scope_follow_up" if scope.signals else "below"
-            trace.append(TraceStep(stage="threshold", status=status, detail={"threshold": self.threshold}))
+            status = "out_of_scope_follow_up" if signals else "below"
+            trace.append(_step("threshold", status, {"threshold": self.threshold}))
             intent, source, reason, secondary = self._verify(text, c, previous, trace, latency)
             if reason == ReasonCode.OUT_OF_SCOPE:
-                scope.signals.append("verifier")
+                signals.append("verifier")
                 return self._out_of_scope(c, scope, "verifier", role, info, latency, trace)
             if intent is None and follow_up:
-                trace.append(
-                    TraceStep(
-                        stage="follow_up", status="kept_previous", detail={"intent": previous.intent.value}
-                    )
-                )
+                trace.append(_step("follow_up", "kept_previous", {"intent": previous.intent.value}))
                 intent, source, reason = previous.intent.value, "fallback", ReasonCode.FOLLOW_UP_UNVERIFIED
                 secondary = _previous_secondary(previous)
 
         intents = [intent] + ([secondary] if secondary not in (None, intent) else []) if intent else []
         if intent is None:  # fallback: union of the fallback intents' skills
             specs = [self.config.intents[i] for i in self.config.fallback_intents]
-            trace.append(
-                TraceStep(stage="fallback", status="used", detail={"intents": self.config.fallback_intents})
-            )
+            trace.append(_step("fallback", "used", {"intents": self.config.fallback_intents}))
         else:
             specs = [self.config.intents[i] for i in intents]
         required, optional, budget = merge_skills(specs)
 
         g = grant_skills(self.config, role, required, optional)
-        trace.append(
-            TraceStep(
-                stage="rbac",
-                status="ok" if g.servable else "required_denied",
-                detail={"granted": g.skills.all, "denied": [d.skill for d in g.denied]},
-            )
-        )
+        rbac = {"granted": g.skills.all, "denied": [d.skill for d in g.denied]}
+        trace.append(_step("rbac", "ok" if g.servable else "required_denied", rbac))
         message = ""
         if not g.servable:
             names = ", ".join(d.skill for d in g.denied if d.required)
             message = f"cannot be served as classified: role {role!r} is denied required skill(s) {names}"
-        return Decision(
-            intent=intent,
-            intents=intents,
-            confidence=c.confidence,
-            ranking=_ranking(c),
-            scope=scope,
-            source=source,
-            reason_code=reason,
-            role=role,
-            skills=g.skills,
-            denied=g.denied,
-            servable=g.servable,
-            message=message,
-            requires_confirmation=g.requires_confirmation,
-            context_budget=budget,
-            threshold=self.threshold,
-            model_id=self.classifier.model_id,
-            input=info,
-            latency=latency,
-            trace=trace,
+        return Decision.model_validate(
+            dict(
+                intent=intent,
+                intents=intents,
+                confidence=c.confidence,
+                ranking=_ranking(c),
+                scope=scope,
+                source=source,
+                reason_code=reason,
+                role=role,
+                skills=g.skills,
+                denied=g.denied,
+                servable=g.servable,
+                message=message,
+                requires_confirmation=g.requires_confirmation,
+                context_budget=budget,
+                threshold=self.threshold,
+                model_id=self.classifier.model_id,
+                input=info,
+                latency=latency,
+                trace=trace,
+            )
         )
 
-    def _scope(self, c: Classification) -> Scope:
+    def _scope(self, c: Classification) -> dict:
         """The out-of-scope signals: the trained class above the threshold, the distance above its own."""
         p_oos = dict(c.ranking).get(OUT_OF_SCOPE)
         limit = self.classifier.distance_threshold
@@ -281,9 +266,12 @@ class Router:
             signals.append("classifier")
         if c.distance is not None and limit is not None and c.distance > limit:
             signals.append("distance")
-        return Scope(
-            out_of_scope_probability=p_oos, distance=c.distance, distance_threshold=limit, signals=signals
-        )
+        return {  # Scope
+            "out_of_scope_probability": p_oos,
+            "distance": c.distance,
+            "distance_threshold": limit,
+            "signals": signals,
+        }
 
     def _out_of_scope(self, c, scope, source, role, info, latency, trace) -> Decision:
         message = "out of scope: the message needs no skill; reply directly without loading any"
@@ -293,20 +281,20 @@ class Router:
 
     def _verify(self, text, c, previous, trace, latency):
         if self.verifier is None:
-            trace.append(TraceStep(stage="verifier", status="absent"))
+            trace.append(_step("verifier", "absent"))
             return None, "fallback", ReasonCode.NO_VERIFIER, None
         t0 = time.perf_counter()
         try:
             res = self.verifier.verify(text, c, previous)
         except Exception as e:  # a third-party verifier must not take the router down either
             ms = round((time.perf_counter() - t0) * 1000, 4)
-            latency.verifier_ms = ms
+            latency["verifier_ms"] = ms
             if isinstance(e, VerifierError):
                 detail = {"error": str(e), "breaker": e.breaker, "attempts": e.attempts}
                 status = e.status
             else:
                 detail, status = {"error": f"{type(e).__name__}: {e}"}, "error"
-            trace.append(TraceStep(stage="verifier", status=status, ms=ms, detail=detail))
+            trace.append(_step("verifier", status, detail, ms))
             reason = (
                 ReasonCode.VERIFIER_UNAVAILABLE
                 if isinstance(e, VerifierUnavailable)
@@ -314,7 +302,7 @@ class Router:
             )
             return None, "fallback", reason, None
         ms = (time.perf_counter() - t0) * 1000
-        latency.verifier_ms = round(ms, 4)
+        latency["verifier_ms"] = round(ms, 4)
         keep_previous = (
             res.reason_code == "same_domain_follow_up"
             and previous is not None
@@ -328,25 +316,19 @@ class Router:
         }
         if keep_previous:
             detail["kept_previous"] = previous.intent.value
-            trace.append(TraceStep(stage="verifier", status="accepted", ms=round(ms, 4), detail=detail))
+            trace.append(_step("verifier", "accepted", detail, round(ms, 4)))
             return previous.intent.value, "verifier", ReasonCode.FOLLOW_UP, _previous_secondary(previous)
         if res.intent not in INTENTS and not (
             res.intent == OUT_OF_SCOPE and res.reason_code != "same_domain_follow_up"
         ):
-            trace.append(
-                TraceStep(
-                    stage="verifier",
-                    status="invalid_intent",
-                    ms=round(ms, 4),
-                    detail={"intent": res.intent, "attempts": res.attempts},
-                )
-            )
+            detail = {"intent": res.intent, "attempts": res.attempts}
+            trace.append(_step("verifier", "invalid_intent", detail, round(ms, 4)))
             return None, "fallback", ReasonCode.VERIFIER_FAILED, None
         secondary = getattr(res, "secondary", None)
         secondary = secondary if secondary in INTENTS and secondary != res.intent else None
         if secondary:
             detail["secondary"] = secondary
-        trace.append(TraceStep(stage="verifier", status="accepted", ms=round(ms, 4), detail=detail))
+        trace.append(_step("verifier", "accepted", detail, round(ms, 4)))
         if res.intent == OUT_OF_SCOPE:
             return None, "verifier", ReasonCode.OUT_OF_SCOPE, None
         return res.intent, "verifier", ReasonCode.VERIFIED, secondary
@@ -365,12 +347,17 @@ def repair_text(text: str) -> tuple[str, int]:
     return fixed, n
 
 
-def _compound_step(c: Classification) -> TraceStep:
+def _step(stage: str, status: str, detail: dict | None = None, ms: float = 0.0) -> dict:
+    """A TraceStep, as the dict the Decision validates."""
+    return {"stage": stage, "status": status, "ms": ms, "detail": {} if detail is None else detail}
+
+
+def _compound_step(c: Classification) -> dict:
     """The compound rule's verdict (router.compound), with the scores and clauses it read."""
-    return TraceStep(
-        stage="compound",
-        status="two_intents" if len(c.intents) > 1 else "single",
-        detail={
+    return _step(
+        "compound",
+        "two_intents" if len(c.intents) > 1 else "single",
+        {
             "intents": list(c.intents),
             "scores": {k: round(v, 6) for k, v in (c.intent_scores or {}).items()},
             "clauses": c.clauses,
@@ -383,5 +370,6 @@ def _previous_secondary(previous: Decision) -> str | None:
     return previous.intents[1].value if len(previous.intents) > 1 else None
 
 
-def _ranking(c: Classification) -> list[RankedIntent]:
-    return [RankedIntent(intent=label, probability=p) for label, p in c.ranking if label != OUT_OF_SCOPE]
+def _ranking(c: Classification) -> list[dict]:
+    """The RankedIntent entries: the five intents, most probable first."""
+    return [{"intent": label, "probability": p} for label, p in c.ranking if label != OUT_OF_SCOPE]
