@@ -161,6 +161,7 @@ def run_speed_benchmark(
     a fair one), and ``reference`` (a name and a loader of a Predictor, e.g. SetFit PyTorch opened by the
     training side) if given, ``runs`` times interleaved; each row is the median of the runs with the
     spread; ratios are against the reference."""
+    from router.cpu import cpu_name
     from router.manifest import load_manifest
 
     others = [(Path(d), load_manifest(d).model_id) for d in compare]  # fail before any timing
@@ -176,6 +177,10 @@ def run_speed_benchmark(
     ]
     for v in set(variants) - set(present):
         report(f"skipping onnx {v}: not in {model_dir}")
+    failed = [v for v in present if (p := manifest.export.variants[v].parity) is not None and not p.passed]
+    for v in failed:
+        report(f"skipping onnx {v}: it failed its parity check at export")
+    present = [v for v in present if v not in failed]
     per_run: list[list[dict]] = []
     for run in range(max(1, runs)):
         rows = []
@@ -207,6 +212,7 @@ def run_speed_benchmark(
             "cpus": os.cpu_count(),
             "platform": platform.platform(),
             "processor": platform.processor() or platform.machine(),
+            "cpu": cpu_name(),
             "python": platform.python_version(),
             "load_avg": os.getloadavg() if hasattr(os, "getloadavg") else None,
         },

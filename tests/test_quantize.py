@@ -377,3 +377,48 @@ def test_parity_gate_fails_a_graph_that_disagrees(tiny_exported):
     ref = (probs, dist, scores, other)  # the reference finds other intents for every message
     failures = check_parity(None, model_dir, manifest, texts, lambda _: None, ["int8"], ref=ref)
     assert len(failures) == 1 and "intents agreement 0.0000" in failures[0]
+
+
+def test_when_no_int8_recipe_passes_the_fp32_graph_becomes_the_default(tiny_trained, tmp_path, monkeypatch):
+    """A build whose int8 graphs all miss parity ends with the exact fp32 graph as its default variant; the
+    failed int8 graph stays, refused by the router; --require-int8 makes the miss an error instead."""
+    import shutil
+
+    from router import Router
+    from router.classifier import Classifier
+    from router.manifest import ModelError
+    from training import parity
+    from training.export import export_model
+
+    monkeypatch.setitem(parity.PARITY_MIN, "int8", 1.01)  # no int8 graph can agree on more than every text
+    src, _ = tiny_trained
+    tiny = Path(__file__).parent / "fixtures" / "tiny"
+    out = tmp_path / "model"
+    shutil.copytree(src, out)
+    manifest = export_model(
+        out,
+        parity_file=tiny / "test.jsonl",
+        keep_fp32=False,
+        recipes=("rowscaled-int8",),
+        report=lambda _: None,
+    )
+    assert manifest.export.default_variant == "fp32" and (out / "model.fp32.onnx").is_file()
+    assert (
+        manifest.export.variants["fp32"].parity.passed and not manifest.export.variants["int8"].parity.passed
+    )
+    assert manifest.export.variants["int8"].parity.cpu  # the CPU parity ran on is recorded
+    router = Router.load(out)
+    assert router.route("find the Q3 deck", "admin").model_id.endswith("/fp32")
+    with pytest.raises(ModelError, match="failed its parity check"):
+        Classifier(out, variant="int8")
+
+    again = tmp_path / "again"
+    shutil.copytree(src, again)
+    with pytest.raises(parity.ParityError, match="int8"):
+        export_model(
+            again,
+            parity_file=tiny / "test.jsonl",
+            recipes=("rowscaled-int8",),
+            report=lambda _: None,
+            require_int8=True,
+        )

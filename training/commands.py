@@ -108,8 +108,14 @@ def export(
         "rowscaled-int8,fused-nbits8-b32,nbits8-b32",
         help="int8 recipes to try, fastest first; also rowscaled-int8-keep2/4/6 (docs/speed.md).",
     ),
+    require_int8: bool = Opt(
+        False,
+        "--require-int8",
+        help="Fail when no int8 recipe passes parity, instead of making the fp32 graph the default.",
+    ),
 ) -> None:
-    """Export to ONNX (fp32 and int8) with calibrated probabilities; fails when parity fails."""
+    """Export to ONNX (fp32 and int8) with calibrated probabilities and check parity. When no int8 recipe
+    passes, the fp32 graph becomes the default variant (or, with --require-int8, the export fails)."""
     from router.routing import default_model_dir
     from training.export import export_model
 
@@ -122,10 +128,13 @@ def export(
         keep_fp32=keep_fp32,
         report=say,
         recipes=tried,
+        require_int8=require_int8,
     )
     for name, v in manifest.export.variants.items():
         size, top1 = v.file.bytes / 1e6, v.parity.top1_agreement
-        console.print(f"{name}: {v.file.path} ({size:.1f} MB), parity top-1 {top1:.4f}")
+        verdict = "passed" if v.parity.passed else "FAILED"
+        default = " (default)" if name == manifest.export.default_variant else ""
+        console.print(f"{name}{default}: {v.file.path} ({size:.1f} MB), parity top-1 {top1:.4f}, {verdict}")
 
 
 @command()

@@ -115,6 +115,7 @@ def export_model(
     report: Callable[[str], None] = print,
     recipes: Sequence[str] = DEFAULT_RECIPES,
     calibration_texts: Sequence[str] | None = None,
+    require_int8: bool = False,
 ) -> Manifest:
     """Export ``model_dir/checkpoint`` next to its manifest and check parity on ``parity_texts`` (or the
     JSONL file(s) ``parity_file``: held-out, in-scope and out-of-scope text); returns the new manifest.
@@ -122,7 +123,12 @@ def export_model(
     The int8 graph is the first of ``recipes`` that passes parity; the manifest names it and why the
     faster ones were rejected. The -keepK recipes rank the encoder nodes on ``calibration_texts`` (default:
     CALIBRATION_TEXTS texts of the training file the manifest names, else of the parity text) and keep the
-    K most sensitive out of int8; the manifest lists them. Raises ParityError when a variant (or every int8 recipe) fails.
+    K most sensitive out of int8; the manifest lists them.
+
+    When every int8 recipe fails parity and the fp32 graph passes, the fp32 graph is kept and becomes the
+    default variant (exact, about 1.5x slower), so that a build whose int8 graphs miss by a message still
+    ends with a faithful model; the failed int8 graph stays beside it, marked failed, for inspection.
+    Raises ParityError when fp32 fails, or when int8 fails and ``require_int8``.
     """
     unknown = set(variants) - set(VARIANT_FILES)
     if unknown:
@@ -290,11 +296,21 @@ def export_model(
                 rejected = [r for r in rejected if not r.startswith(f"int8 ({fallback})")]
             failures += failed
         spec.rejected = [r for r in rejected if r not in failures]
+    int8_failed = [f for f in failures if f.startswith("int8")]
+    fp32_passed = "fp32" in variants and not any(f.startswith("fp32") for f in failures)
+    fp32_default = bool(int8_failed) and fp32_passed and not require_int8
+    if fp32_default:
+        manifest.export.default_variant = "fp32"
+        failures = [f for f in failures if f not in int8_failed]
+        report(
+            "WARNING: no int8 recipe passed parity; the fp32 graph is the default variant (exact, slower). "
+            "The failed int8 graph stays, marked failed: " + "; ".join(int8_failed)
+        )
     manifest.save(model_dir)
     plain_path.unlink(missing_ok=True)
     if "fp32" not in variants:
         fp32_path.unlink(missing_ok=True)
-    elif not keep_fp32:
+    elif not keep_fp32 and not fp32_default:
         fp32_path.unlink()
         del manifest.export.variants["fp32"]
         manifest.save(model_dir)

@@ -101,24 +101,6 @@ def _quality(probs: np.ndarray, y: np.ndarray) -> dict[str, float]:
     return {"accuracy": float((probs.argmax(1) == y).mean()), "ece": float(ece(probs, y))}
 
 
-_DOT_PRODUCT_FLAGS = ("avx512_vnni", "avx_vnni", "avx512bw", "avx2", "asimddp", "i8mm")
-
-
-def cpu_name() -> str:
-    """The machine and the integer dot-product instruction sets its CPU reports (Linux /proc/cpuinfo)."""
-    import platform
-
-    flags: set[str] = set()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    flags.update(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return " ".join([platform.machine() or "unknown", *(f for f in _DOT_PRODUCT_FLAGS if f in flags)])
-
-
 def check_parity(
     model,
     model_dir: Path,
@@ -131,6 +113,7 @@ def check_parity(
     """Compare exported variants with the PyTorch model; record the result in the manifest and return
     the failures."""
     from router.classifier import Classifier
+    from router.cpu import cpu_name
 
     if not isinstance(text, ParityText):
         text = ParityText(texts=list(text))
