@@ -263,18 +263,29 @@ def table_rows(result: dict) -> tuple[list[str], list[list[str]]]:
 
 def comparison_lines(result: dict) -> list[str]:
     """One line per compared model: how much faster (> 1) or slower its int8 router ran than the
-    benchmarked model's, at p50, p99 and in batches, from the medians of the same rounds."""
+    benchmarked model's, at p50, p99 and in batches, from the medians of the same rounds. And, when both
+    graphs were timed, the int8 router against the fp32 one on this CPU: without VNNI, int8 can lose
+    (docs/speed.md, session 29)."""
     rows = [r for r in result["rows"] if r["name"].startswith("router onnx")]
     main = next((r for r in rows if r["name"] == "router onnx int8"), None)
     if main is None:
         return []
-    return [
+    out = [
         f"{r['name'].split(': ', 1)[1]} against {result['model']}: p50 {main['p50_ms'] / r['p50_ms']:.2f}x, "
         f"p99 {main['p99_ms'] / r['p99_ms']:.2f}x, batches {r['batch_msgs_per_s'] / main['batch_msgs_per_s']:.2f}x "
         "(> 1: faster)"
         for r in rows
         if r["name"].startswith("router onnx int8: ")
     ]
+    fp32 = next((r for r in rows if r["name"] == "router onnx fp32"), None)
+    if fp32 is not None:
+        p50, batches = fp32["p50_ms"] / main["p50_ms"], main["batch_msgs_per_s"] / fp32["batch_msgs_per_s"]
+        cpu = (result.get("machine") or {}).get("cpu") or "this CPU"
+        advice = "; fp32 is faster here: Router.load(..., variant='fp32')" if p50 < 1 and batches < 1 else ""
+        out.append(
+            f"int8 against fp32 on {cpu}: p50 {p50:.2f}x, batches {batches:.2f}x (> 1: int8 faster){advice}"
+        )
+    return out
 
 
 _GOAL_TEXT = {  # how each goal reads in goal_lines: label, value format, unit

@@ -263,6 +263,22 @@ def test_the_speed_benchmark_times_a_second_model_in_the_same_rounds():
         run_speed_benchmark(SHIPPED, texts, variants=("int8",), runs=1, compare=[FAST / "missing"])
 
 
+def test_the_speed_benchmark_says_when_fp32_beats_int8_on_this_cpu():
+    from eval.bench_speed import comparison_lines
+
+    int8 = {"name": "router onnx int8", "p50_ms": 3.9, "p99_ms": 6.0, "batch_msgs_per_s": 240.0}
+    fp32 = {"name": "router onnx fp32", "p50_ms": 3.4, "p99_ms": 5.0, "batch_msgs_per_s": 350.0}
+    result = {"model": "m@1", "machine": {"cpu": "x86_64 avx2"}, "rows": [int8, fp32]}
+    (line,) = comparison_lines(result)
+    assert line == (
+        "int8 against fp32 on x86_64 avx2: p50 0.87x, batches 0.69x (> 1: int8 faster); "
+        "fp32 is faster here: Router.load(..., variant='fp32')"
+    )
+    faster = {**int8, "p50_ms": 1.7, "batch_msgs_per_s": 700.0}
+    (line,) = comparison_lines({**result, "rows": [faster, fp32]})
+    assert line.endswith("p50 2.00x, batches 2.00x (> 1: int8 faster)")
+
+
 def test_goal_lines_say_which_of_the_speed_goals_each_router_meets():
     from eval.bench_speed import check_goals, goal_lines
 
