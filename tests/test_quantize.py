@@ -68,7 +68,18 @@ def test_row_scaling_is_exact_in_fp32(tmp_path):
     )
 
 
+def _exact(path, tmp_path):
+    """The graph at ``path`` in exact integer arithmetic (as a VNNI CPU runs it), saved beside it."""
+    from training.quantize import integer_reference
+
+    out = tmp_path / f"{Path(path).stem}-exact.onnx"
+    onnx.save(integer_reference(onnx.load(str(path))), str(out))
+    return out
+
+
 def test_rowscaled_int8_beats_plain_dynamic_int8_on_an_outlier_token(tmp_path):
+    """Compared in exact integer arithmetic: an AVX2-only CPU saturates the 8-bit graphs' products
+    (test_portable_rowscaled_int8_computes_the_same_integers_on_every_cpu)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     from training.quantize import quantize
@@ -81,30 +92,33 @@ def test_rowscaled_int8_beats_plain_dynamic_int8_on_an_outlier_token(tmp_path):
     quantize_dynamic(str(tmp_path / "g.onnx"), str(tmp_path / "plain.onnx"), weight_type=QuantType.QInt8)
     x = _activations()
     ref = _run(tmp_path / "g.onnx", x)
-    err_rows = np.abs(_run(tmp_path / "q.onnx", x) - ref)[:, 1:].max()  # the tokens without the outlier
-    err_plain = np.abs(_run(tmp_path / "plain.onnx", x) - ref)[:, 1:].max()
+    err_rows = np.abs(_run(_exact(tmp_path / "q.onnx", tmp_path), x) - ref)[:, 1:].max()  # no outlier there
+    err_plain = np.abs(_run(_exact(tmp_path / "plain.onnx", tmp_path), x) - ref)[:, 1:].max()
     assert err_rows < err_plain / 2
 
 
 @pytest.mark.parametrize("keep", [False, True])
-def test_rowscaled_int8_computes_the_same_integers_on_every_cpu(tmp_path, keep):
+def test_portable_rowscaled_int8_computes_the_same_integers_on_every_cpu(tmp_path, keep):
     """onnxruntime on this CPU gives what the graph's integer arithmetic gives (``integer_reference``, as
-    VNNI computes it). With 8-bit weights an AVX2-only CPU saturated its int16 pair sums: 4.3 off fp32,
+    VNNI computes it). With 8-bit weights an AVX2-only CPU saturates its int16 pair sums: 4.3 off fp32,
     against 0.26 for the exact integers."""
     from onnx import numpy_helper
 
-    from training.quantize import WEIGHT_BITS, integer_reference, quantize
+    from training.quantize import PORTABLE_WEIGHT_BITS, integer_reference, quantize
 
     _graph(tmp_path / "g.onnx", layers=2)
     recipe, kept = (
         ("rowscaled-int8-keep2", ["/transformer/layer.0/dense/MatMul"]) if keep else ("rowscaled-int8", [])
     )
-    quantize(recipe, tmp_path / "g.onnx", tmp_path / "g.onnx", tmp_path / "q.onnx", keep=kept)
+    desc = quantize(
+        recipe, tmp_path / "g.onnx", tmp_path / "g.onnx", tmp_path / "q.onnx", keep=kept, portable=True
+    )
+    assert desc.endswith("7-bit weights (portable)")
     model = onnx.load(str(tmp_path / "q.onnx"))
     weights = [
         numpy_helper.to_array(i) for i in model.graph.initializer if i.data_type == onnx.TensorProto.INT8
     ]
-    assert weights and all(np.abs(w.astype(int)).max() <= 2 ** (WEIGHT_BITS - 1) for w in weights)
+    assert weights and all(np.abs(w.astype(int)).max() <= 2 ** (PORTABLE_WEIGHT_BITS - 1) for w in weights)
     onnx.save(integer_reference(model), str(tmp_path / "exact.onnx"))
     x = _activations()
     exact = _run(tmp_path / "exact.onnx", x)
@@ -147,7 +161,8 @@ def test_sensitivity_ranks_the_node_reading_an_outlier_channel_first(tmp_path):
     feeds = [{"x": _activations(seed)} for seed in (1, 2)]
     for f in feeds:
         f["x"][:, :, 7] = 500.0  # a massive channel in every token: per-token scaling cannot help layer.0
-    ranking = rank_sensitivity(tmp_path / "g.onnx", feeds)
+    # portable (7-bit) weights: an AVX2-only CPU would saturate the 8-bit graphs' products and rank noise
+    ranking = rank_sensitivity(tmp_path / "g.onnx", feeds, portable=True)
     assert [n for n, _ in ranking] == [
         "/transformer/layer.0/dense/MatMul",
         "/transformer/layer.1/dense/MatMul",
@@ -169,7 +184,7 @@ def test_keep_recipe_leaves_the_kept_node_in_matmul_nbits(tmp_path):
     assert [n.op_type for n in nodes if n.name.startswith("/MatMul")] == ["MatMul"]  # the head stays fp32
     x = _activations()
     ref = _run(tmp_path / "g.onnx", x)
-    assert np.abs(_run(tmp_path / "q.onnx", x) - ref).max() < 0.05 * np.abs(ref).max()
+    assert np.abs(_run(_exact(tmp_path / "q.onnx", tmp_path), x) - ref).max() < 0.05 * np.abs(ref).max()
 
 
 @pytest.mark.parametrize("recipe", ["fused-nbits8-b32", "nbits8-b32"])
@@ -417,7 +432,9 @@ def test_when_no_int8_recipe_passes_the_fp32_graph_becomes_the_default(tiny_trai
         keep_fp32=False,
         recipes=("rowscaled-int8",),
         report=lambda _: None,
+        portable_int8=True,
     )
+    assert manifest.export.variants["int8"].quantization.endswith("7-bit weights (portable)")
     assert manifest.export.default_variant == "fp32" and (out / "model.fp32.onnx").is_file()
     assert (
         manifest.export.variants["fp32"].parity.passed and not manifest.export.variants["int8"].parity.passed

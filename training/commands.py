@@ -113,6 +113,11 @@ def export(
         "--require-int8",
         help="Fail when no int8 recipe passes parity, instead of making the fp32 graph the default.",
     ),
+    portable_int8: bool = Opt(
+        False,
+        "--portable-int8",
+        help="7-bit weights in the rowscaled recipes: the same results on CPUs without VNNI (docs/speed.md).",
+    ),
 ) -> None:
     """Export to ONNX (fp32 and int8) with calibrated probabilities and check parity. When no int8 recipe
     passes, the fp32 graph becomes the default variant (or, with --require-int8, the export fails)."""
@@ -129,6 +134,7 @@ def export(
         report=say,
         recipes=tried,
         require_int8=require_int8,
+        portable_int8=portable_int8,
     )
     for name, v in manifest.export.variants.items():
         size, top1 = v.file.bytes / 1e6, v.parity.top1_agreement

@@ -127,6 +127,11 @@ class TrainConfig(BaseModel):
     export_recipes: list[str] | None = Field(
         None, min_length=1, description="int8 recipes the build's export tries, fastest first."
     )
+    portable_int8: bool = Field(
+        False,
+        description="7-bit weights in the rowscaled recipes: the same integers on CPUs without VNNI "
+        "(AVX2 only), at twice the weight rounding error (training.quantize.PORTABLE_WEIGHT_BITS).",
+    )
 
     @field_validator("sampling_strategy")
     @classmethod

@@ -116,6 +116,7 @@ def export_model(
     recipes: Sequence[str] = DEFAULT_RECIPES,
     calibration_texts: Sequence[str] | None = None,
     require_int8: bool = False,
+    portable_int8: bool = False,
 ) -> Manifest:
     """Export ``model_dir/checkpoint`` next to its manifest and check parity on ``parity_texts`` (or the
     JSONL file(s) ``parity_file``: held-out, in-scope and out-of-scope text); returns the new manifest.
@@ -128,7 +129,9 @@ def export_model(
     When every int8 recipe fails parity and the fp32 graph passes, the fp32 graph is kept and becomes the
     default variant (exact, about 1.5x slower), so that a build whose int8 graphs miss by a message still
     ends with a faithful model; the failed int8 graph stays beside it, marked failed, for inspection.
-    Raises ParityError when fp32 fails, or when int8 fails and ``require_int8``.
+    Raises ParityError when fp32 fails, or when int8 fails and ``require_int8``. ``portable_int8``: the
+    rowscaled recipes keep their weights to 7 bits, so CPUs without VNNI compute the same graph
+    (training.quantize.PORTABLE_WEIGHT_BITS).
     """
     unknown = set(variants) - set(VARIANT_FILES)
     if unknown:
@@ -258,7 +261,8 @@ def export_model(
             nonlocal ranking
             t0 = time.perf_counter()
             if kept_count(recipe) and not ranking:
-                ranking = rank_sensitivity(fp32_path, _feeds(tokenizer, calib, manifest.max_seq_length))
+                feeds = _feeds(tokenizer, calib, manifest.max_seq_length)
+                ranking = rank_sensitivity(fp32_path, feeds, portable=portable_int8)
                 report(
                     f"sensitivity of {len(ranking)} encoder nodes on {len(calib)} texts in "
                     f"{time.perf_counter() - t0:.0f}s; most sensitive: "
@@ -267,7 +271,8 @@ def export_model(
                 t0 = time.perf_counter()
             keep = ranking[: kept_count(recipe)]
             dst = model_dir / VARIANT_FILES["int8"]
-            description = quantize(recipe, fp32_path, plain_path, dst, keep=[n for n, _ in keep])
+            kept = [n for n, _ in keep]
+            description = quantize(recipe, fp32_path, plain_path, dst, keep=kept, portable=portable_int8)
             report(
                 f"int8 {recipe} quantized in {time.perf_counter() - t0:.1f}s ({dst.stat().st_size / 1e6:.1f} MB)"
             )

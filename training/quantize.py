@@ -7,8 +7,8 @@ All work on any BERT-style encoder the export writes (nothing is tied to the shi
 - ``rowscaled-int8`` (fast): the fused graph, every transformer MatMul fed by its input divided by the
   row's (token's) absolute maximum and the output multiplied back, then dynamic int8 with per-channel
   weights (MatMulInteger, QAttention). Dividing per token keeps the few tokens with massive activations
-  (e.g. [CLS] at ~30 against ~5 elsewhere) from setting one coarse scale for the whole tensor. The
-  weights keep 7 bits (``WEIGHT_BITS``) so that CPUs without VNNI compute the same graph.
+  (e.g. [CLS] at ~30 against ~5 elsewhere) from setting one coarse scale for the whole tensor. With
+  ``portable=True`` the weights keep 7 bits, so that CPUs without VNNI compute the same integers.
 - ``rowscaled-int8-keepK``: the same, except the K encoder nodes whose int8 version alone moves the
   probabilities most on a calibration sample (``rank_sensitivity``, measured at export) are left out:
   their MatMuls become MatMulNBits 8-bit (block 32), a fused Attention stays fp32.
@@ -28,15 +28,16 @@ from pathlib import Path
 import numpy as np
 
 NBITS_BLOCK = 32
-# rowscaled-int8's weights use 7 of their 8 bits (onnxruntime's reduce_range). x86 CPUs without VNNI
-# (AVX2 only) multiply uint8 activations by int8 weights with vpmaddubsw, which sums each pair of products
-# into int16 and saturates: 255 * 127 * 2 > 32767. With weights in [-64, 63] no pair can overflow, so
-# the graph computes the same integers on every CPU (with VNNI, AVX2 or ARM dot products); with 8-bit
-# weights a per-token scaled graph, whose activations fill the uint8 range, lost up to a tenth of its
-# output on AVX2 where VNNI lost 1% (tests/test_quantize.py, docs/speed.md session 29).
-WEIGHT_BITS = 7
+# x86 CPUs without VNNI (AVX2 only) multiply rowscaled-int8's uint8 activations by its int8 weights with
+# vpmaddubsw, which sums each pair of products into int16 and saturates: 255 * 127 * 2 > 32767. VNNI and
+# ARM dot products sum in int32 and are exact. ``portable=True`` keeps the weights to 7 bits
+# (onnxruntime's reduce_range): no pair can overflow, so the graph computes the same integers on every
+# CPU, at twice the weight rounding error (on the fast model's student: mean |dp| 0.0010 against 0.0005,
+# and its all-MatMul graph fails parity where the 8-bit one passes; docs/speed.md, session 29). The
+# default is 8 bits: int8 pays on VNNI and ARM CPUs, and on AVX2-only ones fp32 is about as fast.
+PORTABLE_WEIGHT_BITS = 7
 RECIPES = {
-    "rowscaled-int8": "fused attention; per-token scaled MatMuls; dynamic int8, 7-bit per-channel weights "
+    "rowscaled-int8": "fused attention; per-token scaled MatMuls; dynamic int8, per-channel weights "
     "(MatMulInteger, QAttention)",
     "fused-nbits8-b32": "fused attention kept fp32; encoder MatMuls MatMulNBits 8-bit weights, block 32, "
     "symmetric, accuracy_level 4",
@@ -148,9 +149,15 @@ def scale_rows(model, names: set[str]):
     return model
 
 
-def _rowscaled(fused: Path, dst: Path, keep: Sequence[str] = (), only: Sequence[str] | None = None) -> None:
+def _rowscaled(
+    fused: Path,
+    dst: Path,
+    keep: Sequence[str] = (),
+    only: Sequence[str] | None = None,
+    portable: bool = False,
+) -> None:
     """rowscaled-int8 on the encoder nodes of ``fused`` (or just ``only``) except ``keep``; kept MatMuls
-    become MatMulNBits 8-bit, a kept Attention stays fp32."""
+    become MatMulNBits 8-bit, a kept Attention stays fp32. ``portable``: 7-bit weights (PORTABLE_WEIGHT_BITS)."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -167,7 +174,7 @@ def _rowscaled(fused: Path, dst: Path, keep: Sequence[str] = (), only: Sequence[
             per_channel=True,
             op_types_to_quantize=["MatMul", "Attention"],
             nodes_to_quantize=nodes,
-            reduce_range=True,  # 7-bit weights: no CPU saturates the products (WEIGHT_BITS)
+            reduce_range=portable,
             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
         )
         if keep:
@@ -195,7 +202,7 @@ def _nbits(model, dst: Path, nodes: Sequence[str] | None = None) -> None:
 def integer_reference(model):
     """``model`` with every MatMulInteger computed in float64 and every QAttention as an fp32 Attention on
     its dequantized input and weights: the exact integer arithmetic the int8 graph stands for, as a CPU with
-    VNNI computes it. onnxruntime on another CPU should give the same outputs (``WEIGHT_BITS``)."""
+    VNNI computes it. onnxruntime on an AVX2-only CPU gives the same outputs for portable graphs only."""
     from onnx import TensorProto, helper, numpy_helper
 
     inits = {i.name: i for i in model.graph.initializer}
@@ -249,7 +256,7 @@ def _attention_shape(model) -> tuple[int, int] | None:
     return None
 
 
-def rank_sensitivity(fused: Path, feeds: Sequence[dict]) -> list[tuple[str, float]]:
+def rank_sensitivity(fused: Path, feeds: Sequence[dict], portable: bool = False) -> list[tuple[str, float]]:
     """Each encoder node quantized alone (rowscaled-int8): the largest probability change it causes on
     ``feeds`` against the fp32 graph, most sensitive first. Model-agnostic: measured, not assumed."""
     import onnx
@@ -264,21 +271,27 @@ def rank_sensitivity(fused: Path, feeds: Sequence[dict]) -> list[tuple[str, floa
     scores = []
     with tempfile.TemporaryDirectory(prefix="sens-") as tmp:
         for node in transformer_nodes(onnx.load(str(fused))):
-            _rowscaled(fused, Path(tmp) / "one.onnx", only=[node])
+            _rowscaled(fused, Path(tmp) / "one.onnx", only=[node], portable=portable)
             diff = np.abs(probs(Path(tmp) / "one.onnx") - reference)
             scores.append((node, float(diff.max()), float(diff.mean())))
     return [(n, s) for n, s, _ in sorted(scores, key=lambda r: (r[1], r[2]), reverse=True)]
 
 
-def quantize(recipe: str, fused: Path, plain: Path, dst: Path, keep: Sequence[str] = ()) -> str:
+def quantize(
+    recipe: str, fused: Path, plain: Path, dst: Path, keep: Sequence[str] = (), portable: bool = False
+) -> str:
     """Write the int8 graph of ``recipe`` (from the fused or the plain fp32 graph); returns its description.
-    ``keep``: the nodes a ``-keepK`` recipe leaves out of int8 (the first K of ``rank_sensitivity``)."""
+    ``keep``: the nodes a ``-keepK`` recipe leaves out of int8 (the first K of ``rank_sensitivity``).
+    ``portable``: the rowscaled recipes' weights keep 7 bits, so CPUs without VNNI compute the same graph
+    (the MatMulNBits recipes are portable as they are: their AVX2 kernels do not saturate)."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     check_recipes([recipe])
     if recipe.startswith("rowscaled-int8"):
-        _rowscaled(fused, dst, keep=list(keep)[: kept_count(recipe)])  # fewer when the model has fewer
+        _rowscaled(
+            fused, dst, keep=list(keep)[: kept_count(recipe)], portable=portable
+        )  # fewer if it has fewer
     else:  # the nbits8 recipes: MatMulNBits, then the embedding Gather dynamic int8
         fused_recipe = recipe == "fused-nbits8-b32"
         heads = _attention_shape(onnx.load(str(fused))) if fused_recipe else None
@@ -293,4 +306,9 @@ def quantize(recipe: str, fused: Path, plain: Path, dst: Path, keep: Sequence[st
             quantize_dynamic(
                 str(staged), str(dst), weight_type=QuantType.QInt8, op_types_to_quantize=["Gather"]
             )
-    return f"{recipe}: {RECIPES[recipe]}"
+    bits = (
+        f"; {PORTABLE_WEIGHT_BITS}-bit weights (portable)"
+        if portable and recipe.startswith("rowscaled")
+        else ""
+    )
+    return f"{recipe}: {RECIPES[recipe]}{bits}"
