@@ -415,6 +415,7 @@ def test_when_no_int8_recipe_passes_the_fp32_graph_becomes_the_default(tiny_trai
     failed int8 graph stays, refused by the router; --require-int8 makes the miss an error instead."""
     import shutil
 
+    from eval.bench_speed import run_speed_benchmark
     from router import Router
     from router.classifier import Classifier
     from router.manifest import ModelError
@@ -444,6 +445,10 @@ def test_when_no_int8_recipe_passes_the_fp32_graph_becomes_the_default(tiny_trai
     assert router.route("find the Q3 deck", "admin").model_id.endswith("/fp32")
     with pytest.raises(ModelError, match="failed its parity check"):
         Classifier(out, variant="int8")
+    said = []
+    bench = run_speed_benchmark(out, ["find the Q3 deck", "book a room"], runs=1, report=said.append)
+    assert [r["name"] for r in bench["rows"]] == ["router onnx fp32"]  # the failed int8 graph is not timed
+    assert "skipping onnx int8: it failed its parity check at export" in said
 
     again = tmp_path / "again"
     shutil.copytree(src, again)
