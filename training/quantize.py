@@ -288,10 +288,10 @@ def quantize(
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     check_recipes([recipe])
-    if recipe.startswith("rowscaled-int8"):
-        _rowscaled(
-            fused, dst, keep=list(keep)[: kept_count(recipe)], portable=portable
-        )  # fewer if it has fewer
+    rowscaled = recipe.startswith("rowscaled-int8")
+    if rowscaled:
+        kept = list(keep)[: kept_count(recipe)]  # fewer when the model has fewer
+        _rowscaled(fused, dst, keep=kept, portable=portable)
     else:  # the nbits8 recipes: MatMulNBits, then the embedding Gather dynamic int8
         fused_recipe = recipe == "fused-nbits8-b32"
         heads = _attention_shape(onnx.load(str(fused))) if fused_recipe else None
@@ -306,9 +306,5 @@ def quantize(
             quantize_dynamic(
                 str(staged), str(dst), weight_type=QuantType.QInt8, op_types_to_quantize=["Gather"]
             )
-    bits = (
-        f"; {PORTABLE_WEIGHT_BITS}-bit weights (portable)"
-        if portable and recipe.startswith("rowscaled")
-        else ""
-    )
+    bits = f"; {PORTABLE_WEIGHT_BITS}-bit weights (portable)" if portable and rowscaled else ""
     return f"{recipe}: {RECIPES[recipe]}{bits}"
