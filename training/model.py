@@ -129,9 +129,11 @@ class IntentModel:
         model.model_body.max_seq_length = config.max_seq_length
         teacher = teacher_checkpoint(config.teacher) if config.teacher is not None else None
         if config.distil_layers is not None:  # fail now, not after the contrastive phase
-            from training.distil import check_layers
+            from training.distil import check_ffn_width, check_layers
 
             check_layers(config.distil_layers, len(model.model_body[0].auto_model.encoder.layer))
+            if config.distil_ffn_width is not None:
+                check_ffn_width(config.distil_ffn_width, model.model_body[0].auto_model.config.intermediate_size)
         if config.clause_context_layers is not None:  # the same, for the body the heads will sit on
             depth = len(config.distil_layers or model.model_body[0].auto_model.encoder.layer)
             check_reader_layers(config.clause_context_layers, depth)
@@ -213,6 +215,7 @@ class IntentModel:
                     labels={texts[i]: labels[i] for i in single},
                     head_weight=config.distil_head_weight,
                     head_params=head_params,
+                    ffn_width=config.distil_ffn_width,
                     report=report,
                     show_progress=show_progress,
                 )
