@@ -133,7 +133,9 @@ class IntentModel:
 
             check_layers(config.distil_layers, len(model.model_body[0].auto_model.encoder.layer))
             if config.distil_ffn_width is not None:
-                check_ffn_width(config.distil_ffn_width, model.model_body[0].auto_model.config.intermediate_size)
+                check_ffn_width(
+                    config.distil_ffn_width, model.model_body[0].auto_model.config.intermediate_size
+                )
         if config.clause_context_layers is not None:  # the same, for the body the heads will sit on
             depth = len(config.distil_layers or model.model_body[0].auto_model.encoder.layer)
             check_reader_layers(config.clause_context_layers, depth)
