@@ -168,22 +168,37 @@ def test_sensitivity_ranks_the_node_reading_an_outlier_channel_first(tmp_path):
     ]
 
 
-def test_keep_recipe_leaves_the_kept_node_in_matmul_nbits(tmp_path):
-    from training.quantize import quantize
+@pytest.mark.parametrize("kept_fp32", [False, True])
+def test_keep_recipe_leaves_the_kept_node_in_matmul_nbits_or_fp32(tmp_path, kept_fp32):
+    from training.quantize import KEPT_FP32, quantize
 
     _graph(tmp_path / "g.onnx", layers=2)
     kept = "/transformer/layer.0/dense/MatMul"
-    quantize(
-        "rowscaled-int8-keep2", tmp_path / "g.onnx", tmp_path / "g.onnx", tmp_path / "q.onnx", keep=[kept]
+    desc = quantize(
+        "rowscaled-int8-keep2",
+        tmp_path / "g.onnx",
+        tmp_path / "g.onnx",
+        tmp_path / "q.onnx",
+        keep=[kept],
+        kept_fp32=kept_fp32,
     )
+    assert desc.endswith(KEPT_FP32) == kept_fp32
     nodes = onnx.load(str(tmp_path / "q.onnx")).graph.node
     ops = {n.op_type for n in nodes}
-    assert "MatMulNBits" in ops and ops & {"MatMulInteger", "DynamicQuantizeMatMul"}
-    assert [n.op_type for n in nodes if n.name.startswith(kept.removesuffix("/MatMul"))] == ["MatMulNBits"]
+    assert ("MatMulNBits" in ops) != kept_fp32 and ops & {"MatMulInteger", "DynamicQuantizeMatMul"}
+    assert [n.op_type for n in nodes if n.name.startswith(kept.removesuffix("/MatMul"))] == (
+        ["MatMul"] if kept_fp32 else ["MatMulNBits"]
+    )
     assert [n.op_type for n in nodes if n.name.startswith("/MatMul")] == ["MatMul"]  # the head stays fp32
     x = _activations()
     ref = _run(tmp_path / "g.onnx", x)
-    assert np.abs(_run(_exact(tmp_path / "q.onnx", tmp_path), x) - ref).max() < 0.05 * np.abs(ref).max()
+    err = np.abs(_run(_exact(tmp_path / "q.onnx", tmp_path), x) - ref).max()
+    assert err < 0.05 * np.abs(ref).max()
+    if kept_fp32:  # the kept node exact: closer to fp32 than the graph that keeps it in MatMulNBits
+        quantize(
+            "rowscaled-int8-keep2", tmp_path / "g.onnx", tmp_path / "g.onnx", tmp_path / "n.onnx", keep=[kept]
+        )
+        assert err < np.abs(_run(_exact(tmp_path / "n.onnx", tmp_path), x) - ref).max()
 
 
 @pytest.mark.parametrize("recipe", ["fused-nbits8-b32", "nbits8-b32"])
@@ -335,6 +350,7 @@ def test_tiny_export_with_a_keep_recipe_records_the_kept_nodes_and_per_split_par
 
     from training import parity
     from training.export import export_model
+    from training.quantize import KEPT_FP32
 
     # The tiny model (a handful of steps) has messages near its distance threshold, so one of its 19
     # parity texts may flip its in-scope flag under int8; this test checks what the manifest records,
@@ -347,10 +363,17 @@ def test_tiny_export_with_a_keep_recipe_records_the_kept_nodes_and_per_split_par
     tiny = Path(__file__).parent / "fixtures" / "tiny"
     files = [tiny / "test.jsonl", tiny / "oos.jsonl"]
     manifest = export_model(
-        out, parity_file=files, variants=("int8",), recipes=("rowscaled-int8-keep2",), report=lambda _: None
+        out,
+        parity_file=files,
+        variants=("int8",),
+        recipes=("rowscaled-int8-keep2",),
+        report=lambda _: None,
+        kept_fp32=True,
     )
     int8 = manifest.export.variants["int8"]
     assert int8.recipe == "rowscaled-int8-keep2" and len(int8.kept_nodes) == 2
+    assert int8.quantization.endswith(KEPT_FP32)
+    assert "MatMulNBits" not in {n.op_type for n in onnx.load(str(out / "model.int8.onnx")).graph.node}
     assert int8.calibration_texts and not (out / "model.fp32.onnx").exists()
     p = int8.parity
     assert set(p.split_top1_agreement) == set(p.batched_split_top1_agreement) == {"test", "oos"}

@@ -118,6 +118,11 @@ def export(
         "--portable-int8",
         help="7-bit weights in the rowscaled recipes: the same results on CPUs without VNNI (docs/speed.md).",
     ),
+    kept_fp32: bool = Opt(
+        False,
+        "--kept-fp32",
+        help="The MatMuls a -keepK recipe keeps out of int8 stay fp32, not MatMulNBits: faster without VNNI.",
+    ),
 ) -> None:
     """Export to ONNX (fp32 and int8) with calibrated probabilities and check parity. When no int8 recipe
     passes, the fp32 graph becomes the default variant (or, with --require-int8, the export fails)."""
@@ -135,6 +140,7 @@ def export(
         recipes=tried,
         require_int8=require_int8,
         portable_int8=portable_int8,
+        kept_fp32=kept_fp32,
     )
     for name, v in manifest.export.variants.items():
         size, top1 = v.file.bytes / 1e6, v.parity.top1_agreement

@@ -138,6 +138,11 @@ class TrainConfig(BaseModel):
         description="7-bit weights in the rowscaled recipes: the same integers on CPUs without VNNI "
         "(AVX2 only), at twice the weight rounding error (training.quantize.PORTABLE_WEIGHT_BITS).",
     )
+    int8_kept_fp32: bool = Field(
+        False,
+        description="The MatMuls a -keepK recipe keeps out of int8 stay fp32 instead of MatMulNBits: exact, "
+        "and faster on CPUs without VNNI (training.quantize.KEPT_FP32).",
+    )
 
     @field_validator("sampling_strategy")
     @classmethod

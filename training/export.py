@@ -117,6 +117,7 @@ def export_model(
     calibration_texts: Sequence[str] | None = None,
     require_int8: bool = False,
     portable_int8: bool = False,
+    kept_fp32: bool = False,
 ) -> Manifest:
     """Export ``model_dir/checkpoint`` next to its manifest and check parity on ``parity_texts`` (or the
     JSONL file(s) ``parity_file``: held-out, in-scope and out-of-scope text); returns the new manifest.
@@ -131,7 +132,8 @@ def export_model(
     ends with a faithful model; the failed int8 graph stays beside it, marked failed, for inspection.
     Raises ParityError when fp32 fails, or when int8 fails and ``require_int8``. ``portable_int8``: the
     rowscaled recipes keep their weights to 7 bits, so CPUs without VNNI compute the same graph
-    (training.quantize.PORTABLE_WEIGHT_BITS).
+    (training.quantize.PORTABLE_WEIGHT_BITS). ``kept_fp32``: the MatMuls a -keepK recipe keeps stay fp32
+    instead of MatMulNBits (faster on CPUs without VNNI; training.quantize.KEPT_FP32).
     """
     unknown = set(variants) - set(VARIANT_FILES)
     if unknown:
@@ -272,7 +274,9 @@ def export_model(
             keep = ranking[: kept_count(recipe)]
             dst = model_dir / VARIANT_FILES["int8"]
             kept = [n for n, _ in keep]
-            description = quantize(recipe, fp32_path, plain_path, dst, keep=kept, portable=portable_int8)
+            description = quantize(
+                recipe, fp32_path, plain_path, dst, keep=kept, portable=portable_int8, kept_fp32=kept_fp32
+            )
             report(
                 f"int8 {recipe} quantized in {time.perf_counter() - t0:.1f}s ({dst.stat().st_size / 1e6:.1f} MB)"
             )

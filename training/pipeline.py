@@ -48,7 +48,14 @@ def build(
     oos = oos if oos is not None and Path(oos).is_file() else None
     parity_files = [f for f in (cfg.test_file, cfg.dev_file, oos, cfg.compound_test_file) if f is not None]
     recipes = {"recipes": cfg.export_recipes} if cfg.export_recipes else {}
-    export_model(out, parity_file=parity_files, report=report, portable_int8=cfg.portable_int8, **recipes)
+    export_model(
+        out,
+        parity_file=parity_files,
+        report=report,
+        portable_int8=cfg.portable_int8,
+        kept_fp32=cfg.int8_kept_fp32,
+        **recipes,
+    )
     seconds = time.perf_counter() - t0
     manifest = load_manifest(out)
     manifest.training["seconds"]["build_total"] = round(seconds, 2)

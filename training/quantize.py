@@ -11,7 +11,9 @@ All work on any BERT-style encoder the export writes (nothing is tied to the shi
   ``portable=True`` the weights keep 7 bits, so that CPUs without VNNI compute the same integers.
 - ``rowscaled-int8-keepK``: the same, except the K encoder nodes whose int8 version alone moves the
   probabilities most on a calibration sample (``rank_sensitivity``, measured at export) are left out:
-  their MatMuls become MatMulNBits 8-bit (block 32), a fused Attention stays fp32.
+  their MatMuls become MatMulNBits 8-bit (block 32), a fused Attention stays fp32. With
+  ``kept_fp32=True`` the kept MatMuls stay fp32 too: exact, and faster where MatMulNBits is slow (CPUs
+  without VNNI).
 - ``fused-nbits8-b32`` (faithful): the fused graph, its encoder MatMuls MatMulNBits 8-bit (block 32,
   accuracy_level 4: activations int8 per block of 32), the fused Attention (Q, K, V and the scores) fp32;
   the embedding lookup is left unfused so that its Gather goes dynamic int8 (the table is most of the size).
@@ -36,6 +38,11 @@ NBITS_BLOCK = 32
 # and its all-MatMul graph fails parity where the 8-bit one passes; docs/speed.md, session 29). The
 # default is 8 bits: int8 pays on VNNI and ARM CPUs, and on AVX2-only ones fp32 is about as fast.
 PORTABLE_WEIGHT_BITS = 7
+# On an AVX2-only CPU MatMulNBits is slower than an fp32 MatMul (the 6-layer graph: 3.95 against 3.43 ms),
+# so a -keepK graph whose kept MatMuls stay fp32 ran 1.27x faster in batches there (727 against 574
+# msg/s, 3-layer student, docs/speed.md, session 30). On VNNI CPUs MatMulNBits is the faster one, so it
+# stays the default.
+KEPT_FP32 = "; its kept MatMuls fp32, not MatMulNBits"
 RECIPES = {
     "rowscaled-int8": "fused attention; per-token scaled MatMuls; dynamic int8, per-channel weights "
     "(MatMulInteger, QAttention)",
@@ -155,9 +162,11 @@ def _rowscaled(
     keep: Sequence[str] = (),
     only: Sequence[str] | None = None,
     portable: bool = False,
+    kept_fp32: bool = False,
 ) -> None:
     """rowscaled-int8 on the encoder nodes of ``fused`` (or just ``only``) except ``keep``; kept MatMuls
-    become MatMulNBits 8-bit, a kept Attention stays fp32. ``portable``: 7-bit weights (PORTABLE_WEIGHT_BITS)."""
+    become MatMulNBits 8-bit (``kept_fp32``: stay fp32), a kept Attention stays fp32. ``portable``: 7-bit
+    weights (PORTABLE_WEIGHT_BITS)."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -169,7 +178,7 @@ def _rowscaled(
         onnx.save(scale_rows(model, matmuls & set(nodes)), str(staged))
         quantize_dynamic(
             str(staged),
-            str(mixed if keep else dst),
+            str(mixed if keep and not kept_fp32 else dst),
             weight_type=QuantType.QInt8,
             per_channel=True,
             op_types_to_quantize=["MatMul", "Attention"],
@@ -177,7 +186,7 @@ def _rowscaled(
             reduce_range=portable,
             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
         )
-        if keep:
+        if keep and not kept_fp32:
             _nbits(onnx.load(str(mixed)), dst, [n for n in keep if n in matmuls])
 
 
@@ -278,12 +287,19 @@ def rank_sensitivity(fused: Path, feeds: Sequence[dict], portable: bool = False)
 
 
 def quantize(
-    recipe: str, fused: Path, plain: Path, dst: Path, keep: Sequence[str] = (), portable: bool = False
+    recipe: str,
+    fused: Path,
+    plain: Path,
+    dst: Path,
+    keep: Sequence[str] = (),
+    portable: bool = False,
+    kept_fp32: bool = False,
 ) -> str:
     """Write the int8 graph of ``recipe`` (from the fused or the plain fp32 graph); returns its description.
     ``keep``: the nodes a ``-keepK`` recipe leaves out of int8 (the first K of ``rank_sensitivity``).
     ``portable``: the rowscaled recipes' weights keep 7 bits, so CPUs without VNNI compute the same graph
-    (the MatMulNBits recipes are portable as they are: their AVX2 kernels do not saturate)."""
+    (the MatMulNBits recipes are portable as they are: their AVX2 kernels do not saturate). ``kept_fp32``:
+    the MatMuls a ``-keepK`` recipe keeps stay fp32 instead of MatMulNBits (KEPT_FP32)."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -291,7 +307,7 @@ def quantize(
     rowscaled = recipe.startswith("rowscaled-int8")
     if rowscaled:
         kept = list(keep)[: kept_count(recipe)]  # fewer when the model has fewer
-        _rowscaled(fused, dst, keep=kept, portable=portable)
+        _rowscaled(fused, dst, keep=kept, portable=portable, kept_fp32=kept_fp32)
     else:  # the nbits8 recipes: MatMulNBits, then the embedding Gather dynamic int8
         fused_recipe = recipe == "fused-nbits8-b32"
         heads = _attention_shape(onnx.load(str(fused))) if fused_recipe else None
@@ -307,4 +323,5 @@ def quantize(
                 str(staged), str(dst), weight_type=QuantType.QInt8, op_types_to_quantize=["Gather"]
             )
     bits = f"; {PORTABLE_WEIGHT_BITS}-bit weights (portable)" if portable and rowscaled else ""
-    return f"{recipe}: {RECIPES[recipe]}{bits}"
+    kept_note = KEPT_FP32 if kept_fp32 and rowscaled and kept_count(recipe) else ""
+    return f"{recipe}: {RECIPES[recipe]}{kept_note}{bits}"
