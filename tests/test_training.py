@@ -290,6 +290,7 @@ def test_a_narrowed_student_keeps_the_feed_forward_neurons_the_teacher_uses_most
     kw = dict(epochs=1, batch_size=8, seed=0, dropout=False, report=lines.append, show_progress=False)
     narrowed = distil_body(teacher, [0, 2, 4], texts, learning_rate=1e-12, ffn_width=384, **kw)
     assert "feed-forward layers narrowed to 384 neurons" in lines
+    assert not any(b.intermediate._forward_hooks for b in teacher[0].auto_model.encoder.layer)  # none left
     auto = narrowed[0].auto_model
     assert auto.config.intermediate_size == 384
     assert all(block.intermediate.dense.weight.shape == (384, 384) for block in auto.encoder.layer)
