@@ -176,9 +176,10 @@ def _rowscaled(
     with tempfile.TemporaryDirectory(prefix="int8-") as tmp:
         staged, mixed = Path(tmp) / "rowscaled.onnx", Path(tmp) / "mixed.onnx"
         onnx.save(scale_rows(model, matmuls & set(nodes)), str(staged))
+        to_nbits = bool(keep) and not kept_fp32  # the kept MatMuls go MatMulNBits in a second pass
         quantize_dynamic(
             str(staged),
-            str(mixed if keep and not kept_fp32 else dst),
+            str(mixed if to_nbits else dst),
             weight_type=QuantType.QInt8,
             per_channel=True,
             op_types_to_quantize=["MatMul", "Attention"],
@@ -186,7 +187,7 @@ def _rowscaled(
             reduce_range=portable,
             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
         )
-        if keep and not kept_fp32:
+        if to_nbits:
             _nbits(onnx.load(str(mixed)), dst, [n for n in keep if n in matmuls])
 
 
