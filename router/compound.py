@@ -174,14 +174,12 @@ def clause_vectors(
     """(clauses, width): the mean of each clause's token states inside the whole message, L2-normalised.
     ``states`` are the rows of the graph's token states that match ``offsets``. A clause whose tokens were
     cut off by truncation gets zeros (the head then gives it its prior)."""
-    out = np.zeros((len(clauses), states.shape[-1]), dtype=np.float32)
     states = np.asarray(states, dtype=np.float32)  # no copy when they are float32 already
-    for j, inside in enumerate(clause_token_masks(text, clauses, offsets)):
-        if inside.any():
-            v = states[inside].mean(axis=0)
-            norm = float(np.sqrt(v.dot(v)))  # np.linalg.norm of a vector, without its checks
-            out[j] = v / norm if norm > 0 else v
-    return out
+    inside = clause_token_masks(text, clauses, offsets).astype(np.float32)
+    # every clause's mean in one product (a clause's mask weighs its own tokens), not one gather per clause
+    out = inside @ states / np.maximum(inside.sum(axis=1, keepdims=True), 1.0)
+    norms = np.sqrt(np.einsum("ij,ij->i", out, out))[:, None]
+    return np.divide(out, norms, out=out, where=norms > 0)
 
 
 def read_in_context(

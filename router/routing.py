@@ -6,6 +6,7 @@ import re
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from router import env as envvars
@@ -34,6 +35,20 @@ def default_model_dir() -> Path:
     return INSTALLED_MODEL
 
 
+@dataclass(frozen=True)
+class _Grant:
+    """What one role gets for one set of intents; ``denied`` holds DeniedSkill dicts, validated with each
+    Decision (so no two decisions share a list)."""
+
+    required: tuple[str, ...]
+    optional: tuple[str, ...]
+    denied: tuple[dict, ...]
+    servable: bool
+    requires_confirmation: bool
+    context_budget: int
+    message: str
+
+
 class Router:
     """Routes messages to intents and skills. Thread-safe: it holds no per-request state."""
 
@@ -48,6 +63,7 @@ class Router:
         self.config = config or RouterConfig.load()
         self.threshold = validate_threshold(threshold if threshold is not None else self.config.threshold)
         self.verifier = verifier
+        self._grants: dict[tuple[str, tuple[str, ...]], _Grant] = {}  # _grant's, by role and intents
         unknown = set(classifier.labels) - set(LABELS)
         if unknown:
             raise ValueError(f"the model predicts labels the router does not know: {sorted(unknown)}")
@@ -220,19 +236,10 @@ class Router:
 
         intents = [intent] + ([secondary] if secondary not in (None, intent) else []) if intent else []
         if intent is None:  # fallback: union of the fallback intents' skills
-            specs = [self.config.intents[i] for i in self.config.fallback_intents]
-            trace.append(_step("fallback", "used", {"intents": self.config.fallback_intents}))
-        else:
-            specs = [self.config.intents[i] for i in intents]
-        required, optional, budget = merge_skills(specs)
-
-        g = grant_skills(self.config, role, required, optional)
-        rbac = {"granted": g.skills.all, "denied": [d.skill for d in g.denied]}
+            trace.append(_step("fallback", "used", {"intents": list(self.config.fallback_intents)}))
+        g = self._grant(role, tuple(intents))
+        rbac = {"granted": [*g.required, *g.optional], "denied": [d["skill"] for d in g.denied]}
         trace.append(_step("rbac", "ok" if g.servable else "required_denied", rbac))
-        message = ""
-        if not g.servable:
-            names = ", ".join(d.skill for d in g.denied if d.required)
-            message = f"cannot be served as classified: role {role!r} is denied required skill(s) {names}"
         return Decision.model_validate(
             dict(
                 intent=intent,
@@ -243,12 +250,12 @@ class Router:
                 source=source,
                 reason_code=reason,
                 role=role,
-                skills=g.skills,
+                skills={"required": list(g.required), "optional": list(g.optional)},
                 denied=g.denied,
                 servable=g.servable,
-                message=message,
+                message=g.message,
                 requires_confirmation=g.requires_confirmation,
-                context_budget=budget,
+                context_budget=g.context_budget,
                 threshold=self.threshold,
                 model_id=self.classifier.model_id,
                 input=info,
@@ -256,6 +263,36 @@ class Router:
                 trace=trace,
             )
         )
+
+    def _grant(self, role: str, intents: tuple[str, ...]) -> _Grant:
+        """The skills ``role`` gets for ``intents`` (() for the fallback), merged (router.compound.merge_skills)
+        and filtered (router.rbac.grant_skills). They follow from the config alone, so they are worked out
+        once per role and intents: a Router reads its config when it is built. Roles the config does not
+        know are not kept (a caller could send any number of them)."""
+        key = (role, intents)
+        g = self._grants.get(key)
+        if g is not None:
+            return g
+        wanted = intents or self.config.fallback_intents
+        required, optional, budget = merge_skills([self.config.intents[i] for i in wanted])
+        grant = grant_skills(self.config, role, required, optional)
+        denied = tuple(d.model_dump() for d in grant.denied)
+        message = ""
+        if not grant.servable:
+            names = ", ".join(d.skill for d in grant.denied if d.required)
+            message = f"cannot be served as classified: role {role!r} is denied required skill(s) {names}"
+        g = _Grant(
+            tuple(grant.skills.required),
+            tuple(grant.skills.optional),
+            denied,
+            grant.servable,
+            grant.requires_confirmation,
+            budget,
+            message,
+        )
+        if role in self.config.roles:
+            self._grants[key] = g
+        return g
 
     def _scope(self, c: Classification) -> dict:
         """The out-of-scope signals: the trained class above the threshold, the distance above its own."""

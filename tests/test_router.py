@@ -105,6 +105,26 @@ def test_unknown_role_gets_nothing(tiny_router):
     assert not d.servable
 
 
+def test_decisions_share_no_skill_lists_and_unknown_roles_are_not_kept(shipped_router):
+    # a router works a role's skills out once per intents: what a caller does to one decision must not
+    # reach the next one of the same role and intent
+    text = "restart the indexing service on prod now please"
+    a = shipped_router.route(text, role="viewer")
+    before = a.model_dump()
+    a.skills.optional.append("action")
+    a.denied[0].reason = "changed"
+    a.trace[-1].detail["granted"].append("action")
+    a.trace[-1].detail["denied"].clear()
+    b = shipped_router.route(text, role="viewer")
+    for key in ("skills", "denied", "message", "servable", "context_budget"):
+        assert b.model_dump()[key] == before[key]
+    assert b.trace[-1].detail == before["trace"][-1]["detail"]
+    kept = len(shipped_router._grants)
+    for i in range(20):
+        assert shipped_router.route(text, role=f"stranger-{i}").skills.all == []
+    assert len(shipped_router._grants) == kept
+
+
 def test_skill_missing_from_registry_is_denied(tiny_exported):
     model_dir, _ = tiny_exported
     cfg = RouterConfig.load()
