@@ -176,7 +176,8 @@ class Classifier:
             else [self.tokenizer.encode(t) for t in texts]
         )
         t1 = time.perf_counter()
-        order = sorted(range(len(encs)), key=lambda i: len(encs[i].ids))
+        lengths = [len(e) for e in encs]  # len(e), not len(e.ids): .ids builds a new list on every access
+        order = sorted(range(len(encs)), key=lengths.__getitem__)
         probs = np.empty((len(encs), len(self.labels)), dtype=np.float32)
         dist = np.empty(len(encs), dtype=np.float32) if self.distance_threshold is not None else None
         scores = (
@@ -186,18 +187,18 @@ class Classifier:
         )
         vectors = {} if read_clauses and self._reader is not None and scores is not None else None
         floor = clause_floor(self.manifest.compound) if vectors is not None else 0.0
-        for idx in _chunks(order, [len(e.ids) for e in encs], self.max_batch, self.max_tokens):
+        for idx in _chunks(order, lengths, self.max_batch, self.max_tokens):
+            # the tokenizer pads nothing, so a message's attention mask is ones over its own tokens
             if len(idx) == 1:  # no padding: the arrays straight from the encoding
                 ids = np.asarray([encs[idx[0]].ids], dtype=np.int64)
-                mask = np.asarray([encs[idx[0]].attention_mask], dtype=np.int64)
+                mask = np.ones_like(ids)
             else:
-                width = len(encs[idx[-1]].ids)
+                width = lengths[idx[-1]]
                 ids = np.zeros((len(idx), width), dtype=np.int64)
                 mask = np.zeros((len(idx), width), dtype=np.int64)
                 for row, i in enumerate(idx):
-                    n = len(encs[i].ids)
-                    ids[row, :n] = encs[i].ids
-                    mask[row, :n] = encs[i].attention_mask
+                    ids[row, : lengths[i]] = encs[i].ids
+                    mask[row, : lengths[i]] = 1
             out = self.session.run(
                 self._outputs if vectors is None else self._outputs_states,
                 {"input_ids": ids, "attention_mask": mask},
@@ -216,7 +217,7 @@ class Classifier:
             primary = self.labels[int(probs[i].argmax())]
             clauses = clauses_to_read(self.manifest.compound, texts[i], primary, scores[i], floor)
             if clauses:
-                n = len(encs[i].ids)
+                n = len(encs[i])
                 vectors[i] = (clauses, clause_vectors(texts[i], clauses, encs[i].offsets, states[row, :n]))
 
     def predict_proba(self, texts: Sequence[str]) -> np.ndarray:
@@ -305,7 +306,7 @@ class Classifier:
                     tokenize_ms=tok_ms,
                     inference_ms=inf_ms,
                     truncated=bool(enc.overflowing),
-                    num_tokens=len(enc.ids),
+                    num_tokens=len(enc),
                     distance=dists[i] if dists is not None else None,
                     intent_scores=dict(zip(self.compound_intents, rows_scores[i], strict=True))
                     if rows_scores is not None
