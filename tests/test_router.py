@@ -93,6 +93,9 @@ def test_below_threshold_without_verifier_gives_retrieval_and_synthesis(tiny_exp
     assert (d.source, d.reason_code.value, d.intent) == ("fallback", "no_verifier", None)
     assert d.skills.required == ["retrieval", "synthesis"] and d.skills.optional == []
     assert d.context_budget == 3000
+    fallback = next(s for s in d.trace if s.stage == "fallback")
+    fallback.detail["intents"].append("ACTION")  # a caller's change stays in its own decision
+    assert r.config.fallback_intents == ["SEARCH", "REASONING"]
     d = r.route(text, role="admin")
     assert d.skills.required == ["retrieval", "synthesis"] and d.skills.optional == ["reflection"]
 
