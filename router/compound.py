@@ -32,7 +32,7 @@ def stacked_scores(spec, scores: Mapping[str, float], clause_best: Mapping[str, 
     w, has = spec.weights, 1.0 if clause_best else 0.0
     out = {}
     for intent in spec.intents:
-        q = min(max(float(scores.get(intent, 0.0)), 1e-6), 1 - 1e-6)
+        q = _clip(scores.get(intent, 0.0))
         z = w[0] * math.log(q / (1 - q)) + w[1] * float(clause_best.get(intent, 0.0)) + w[2] * has + spec.bias
         out[intent] = 1.0 / (1.0 + math.exp(-z))
     return out
@@ -53,6 +53,10 @@ def resolve_intents(
     if spec is None or not scores:
         return [primary]
     t = spec.threshold if threshold is None else threshold
+    if not clause_probs:  # only the whole-message path can add an intent: most messages are under its bound
+        floor = whole_floor(spec, t)
+        if all(_clip(scores.get(k, 0.0)) < floor for k in spec.intents if k != primary):
+            return [primary]
     tops = [max(probs.items(), key=lambda kv: kv[1]) for probs in clause_probs]
     # clause intents: the best probability of each intent among the clauses it leads
     best = best_by_label({top: p} for top, p in tops if top in INTENTS and p >= spec.clause_min)
@@ -212,6 +216,26 @@ def clause_floor(spec, threshold: float | None = None) -> float:
         return 0.0
     z = (math.log(t / (1 - t)) - spec.bias - max(w[1], 0.0) - max(w[2], 0.0)) / w[0]
     return 1.0 / (1.0 + math.exp(-z))
+
+
+def whole_floor(spec, threshold: float | None = None) -> float:
+    """The one-vs-rest score under which a message without clauses keeps its primary alone: there,
+    ``stacked_scores`` is sigmoid(w0 * logit(score) + bias), and another intent needs it to reach
+    max(threshold, whole_threshold). The bound sits a hair (a relative 1e-9) under the exact crossing, far
+    above rounding, so ``resolve_intents`` skips the stacked scores only where they could not add an
+    intent. 0.0 (no message is under it) when the stacker does not rise with the score or the target is
+    not inside (0, 1)."""
+    w, t = spec.weights, spec.threshold if threshold is None else threshold
+    target = max(t, spec.whole_threshold)
+    if w[0] <= 0 or not 0.0 < target < 1.0:
+        return 0.0
+    z = (math.log(target / (1 - target)) - spec.bias) / w[0]
+    return (1.0 / (1.0 + math.exp(-z))) * (1 - 1e-9)
+
+
+def _clip(q) -> float:
+    """A one-vs-rest score as ``stacked_scores`` takes it, inside [1e-6, 1 - 1e-6]."""
+    return min(max(float(q), 1e-6), 1 - 1e-6)
 
 
 def _other_max(spec, row: np.ndarray, primary: str) -> float:

@@ -14,10 +14,12 @@ from router.compound import (
     clause_vectors,
     compound_confidence,
     merge_skills,
+    order_pair,
     read_in_context,
     resolve_batch,
     resolve_intents,
     stacked_scores,
+    whole_floor,
 )
 from router.config import RouterConfig
 from router.manifest import Compound, ModelError, load_manifest
@@ -174,6 +176,37 @@ def test_the_clause_floor_is_where_the_best_clause_can_first_confirm_an_intent()
     assert resolve_intents("SEARCH", SPEC, below, clauses) == ["SEARCH"]
     assert resolve_intents("SEARCH", SPEC, above, clauses) == ["ACTION", "SEARCH"]
     assert clause_floor(SPEC, threshold=0.2) < floor  # a lower threshold lowers the floor
+
+
+def test_the_whole_floor_skips_the_stacked_scores_only_where_they_could_not_add_an_intent():
+    # without clauses resolve_intents answers from a bound on the scores; the full rule must agree with it
+    # on both sides of the crossing, for stackers that rise, fall or saturate
+    import random
+
+    def full_rule(primary, spec, scores, t):
+        stacked = {k: v for k, v in stacked_scores(spec, scores, {}).items() if k != primary}
+        k = max(stacked, key=stacked.get)
+        if stacked[k] >= max(t, spec.whole_threshold):
+            return order_pair(spec, primary, k, primary)
+        return [primary]
+
+    rng = random.Random(0)
+    specs = [SPEC, SPEC.model_copy(update={"weights": [-0.5, 4.0, 0.5]})]
+    specs += [SPEC.model_copy(update={"whole_threshold": 1.0}), SPEC.model_copy(update={"bias": 40.0})]
+    specs += [
+        SPEC.model_copy(update={"weights": [rng.uniform(0.1, 3), 4.0, 0.5], "bias": rng.uniform(-9, 3)})
+    ]
+    for spec in specs:
+        floor = whole_floor(spec)
+        near = [floor * f for f in (0.5, 1 - 1e-6, 1.0, 1 + 1e-12, 1 + 1e-9, 1 + 1e-6, 1.5)]
+        for q in [*near, 0.0, 1e-7, 0.3, 0.999999, 1.0, *(rng.random() for _ in range(50))]:
+            scores = {**LOW, "SEARCH": 0.9, "ACTION": min(q, 1.0)}
+            assert resolve_intents("SEARCH", spec, scores) == full_rule(
+                "SEARCH", spec, scores, spec.threshold
+            )
+    assert whole_floor(specs[1]) == whole_floor(specs[2]) == 0.0  # a falling stacker, a target of 1
+    above = stacked_scores(SPEC, {**LOW, "ACTION": whole_floor(SPEC) / (1 - 1e-9)}, {})["ACTION"]
+    assert above == pytest.approx(max(SPEC.threshold, SPEC.whole_threshold), abs=1e-9)  # at the crossing
 
 
 def test_resolve_batch_reads_clauses_only_of_messages_the_floor_lets_through():
