@@ -213,9 +213,11 @@ class Classifier:
         return probs, dist, scores, encs, t1 - t0, time.perf_counter() - t1, vectors
 
     def _clause_vectors(self, texts, encs, idx, probs, scores, states, floor, vectors) -> None:
+        # plain floats and one argmax per chunk, not numpy scalars per message
+        tops, rows = probs[idx].argmax(axis=1).tolist(), scores[idx].tolist()
         for row, i in enumerate(idx):
-            primary = self.labels[int(probs[i].argmax())]
-            clauses = clauses_to_read(self.manifest.compound, texts[i], primary, scores[i], floor)
+            primary = self.labels[tops[row]]
+            clauses = clauses_to_read(self.manifest.compound, texts[i], primary, rows[row], floor)
             if clauses:
                 n = len(encs[i])
                 vectors[i] = (clauses, clause_vectors(texts[i], clauses, encs[i].offsets, states[row, :n]))

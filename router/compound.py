@@ -146,7 +146,9 @@ def resolve_batch(
     return intents, details
 
 
-def clauses_to_read(spec, text: str, primary: str, scores: np.ndarray, floor: float) -> list[str]:
+def clauses_to_read(
+    spec, text: str, primary: str, scores: np.ndarray | Sequence[float], floor: float
+) -> list[str]:
     """The clauses of a message whose clauses could change its intents, else []: the primary is an intent
     and another intent's one-vs-rest score reaches ``floor`` (``clause_floor``)."""
     if primary not in INTENTS or _other_max(spec, scores, primary) < floor:
@@ -238,7 +240,7 @@ def _clip(q) -> float:
     return min(max(float(q), 1e-6), 1 - 1e-6)
 
 
-def _other_max(spec, row: np.ndarray, primary: str) -> float:
+def _other_max(spec, row: np.ndarray | Sequence[float], primary: str) -> float:
     return max((float(s) for k, s in zip(spec.intents, row, strict=True) if k != primary), default=0.0)
 
 
