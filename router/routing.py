@@ -50,7 +50,9 @@ class _Grant:
 
 
 class Router:
-    """Routes messages to intents and skills. Thread-safe: it holds no per-request state."""
+    """Routes messages to intents and skills. Thread-safe: it holds no per-request state. It reads its
+    config's skills and roles once per role and intents (``_grant``): for another config, build another
+    Router."""
 
     def __init__(
         self,
