@@ -214,7 +214,7 @@ def clause_floor(spec, threshold: float | None = None) -> float:
     classifying its clauses; the intents are the same, only the second graph run is saved (half of the
     test split's single-intent messages that split into clauses)."""
     w, t = spec.weights, spec.threshold if threshold is None else threshold
-    return _crossing(spec, t, max(w[1], 0.0) + max(w[2], 0.0))
+    return _crossing(spec, t, max(w[1], 0.0), max(w[2], 0.0))
 
 
 def whole_floor(spec, threshold: float | None = None) -> float:
@@ -227,17 +227,20 @@ def whole_floor(spec, threshold: float | None = None) -> float:
     target = max(spec.threshold if threshold is None else threshold, spec.whole_threshold)
     if not 0.0 < target < 1.0:
         return 0.0
-    return _crossing(spec, target, 0.0) * (1 - 1e-9)
+    return _crossing(spec, target) * (1 - 1e-9)
 
 
-def _crossing(spec, target: float, clause_terms: float) -> float:
+def _crossing(spec, target: float, *clause_terms: float) -> float:
     """The one-vs-rest score at which ``stacked_scores`` reaches ``target`` when its clause terms add
-    ``clause_terms``; 0.0 for a stacker that does not rise with the score (no bound: nothing is under it)."""
+    ``clause_terms`` (subtracted one by one, in order, so the floors round as they always have); 0.0 for a
+    stacker that does not rise with the score (no bound: nothing is under it)."""
     w = spec.weights
     if w[0] <= 0:
         return 0.0
-    z = (math.log(target / (1 - target)) - spec.bias - clause_terms) / w[0]
-    return 1.0 / (1.0 + math.exp(-z))
+    z = math.log(target / (1 - target)) - spec.bias
+    for term in clause_terms:
+        z -= term
+    return 1.0 / (1.0 + math.exp(-(z / w[0])))
 
 
 def _clip(q) -> float:
