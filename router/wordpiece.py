@@ -1,12 +1,12 @@
-"""A fast path for BERT's WordPiece tokenizer on plain ASCII text.
+"""A fast path for BERT's WordPiece tokenizer on plain ASCII text (and a few typographic dashes and quotes).
 
 HF ``tokenizers`` spends 30-50 µs on a short message, most of it building the Encoding (tokens, offsets, type
 ids, masks) around the WordPiece itself. On ASCII text the same ids come from one regular expression and a
 cache of words in about 7 µs. :meth:`AsciiWordPiece.for_tokenizer` takes a loaded tokenizer and returns
 None unless it is exactly the pipeline re-implemented here (BertNormalizer, BertPreTokenizer, WordPiece, one
 special token on either side), and :meth:`AsciiWordPiece.encode` returns None for text it does not take
-(anything non-ASCII, a control character, an added token spelled out): the caller gives that to the
-tokenizer. The ids, offsets and truncation are the tokenizer's own (tests/test_wordpiece.py checks them on
+(a non-ASCII character other than ``PUNCTUATION``, a control character, an added token spelled out): the
+caller gives that to the tokenizer. The ids, offsets and truncation are the tokenizer's own (tests/test_wordpiece.py checks them on
 the corpus and on random strings); the instance also checks itself against the tokenizer when it is made.
 """
 
@@ -19,6 +19,11 @@ from typing import Any
 # BERT's pre-tokenizer splits on whitespace and cuts every punctuation character out as a token of its own;
 # in ASCII, every printable character that is not a letter, a digit or a space is punctuation.
 _WORDS = re.compile(r"[A-Za-z0-9]+|[^A-Za-z0-9\s]")
+# Typographic punctuation that phones and word processors put in typed text (dashes, curly quotes, bullet,
+# ellipsis): Unicode punctuation, which BERT cuts out as it does ASCII's, and which neither lowercasing nor
+# stripping accents changes. Text holding any other non-ASCII character goes to the tokenizer.
+PUNCTUATION = "\u2013\u2014\u2018\u2019\u201c\u201d\u2022\u2026"
+_FOREIGN = re.compile(rf"[^\x00-\x7f{PUNCTUATION}]")
 # ASCII control characters that BertNormalizer deletes (or, with clean_text off, keeps inside a word): both
 # move the words, so such text goes to the tokenizer. Tab, newline and carriage return are plain whitespace.
 _CONTROL = "\x00-\x08\x0b\x0c\x0e-\x1f\x7f"
@@ -29,6 +34,7 @@ _PROBES = (
     "",
     "find the Q3 deck and email it to Dana",
     "what's 15% of $2,400?? (approx.)",
+    "it\u2019s \u201cdone\u201d \u2014 or is it\u2026 \u2013 \u2018no\u2019 \u2022 yes",
     "remember: my flight is AA-1234 on 12/03 @ 7:45am",
     "schedule\ta sync\nnext  Tuesday\r\nw/ the team_leads!!!",
     "supercalifragilisticexpialidocious xqzvbnmwrt " + "a" * 120,
@@ -126,7 +132,7 @@ class AsciiWordPiece:
 
     def encode(self, text: str) -> FastEncoding | None:
         """The tokenizer's encoding of ``text``, or None when the tokenizer must take it."""
-        if not text.isascii() or self._declines.search(text):
+        if (not text.isascii() and _FOREIGN.search(text)) or self._declines.search(text):
             return None
         ids = [self.first_id]
         extend, cache = ids.extend, self._cache
