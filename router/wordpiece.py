@@ -151,8 +151,12 @@ class AsciiWordPiece:
         """The offsets of the first ``n`` tokens of ``text``'s encoding (``n`` counts both special tokens)."""
         out = [(0, 0)]
         for m in _WORDS.finditer(text.lower() if self.lowercase else text):
-            start = m.start()
-            out.extend((start + a, start + b) for a, b in self._word(m.group())[1])
+            spans = self._word(m.group())[1]
+            if len(spans) == 1:  # most words are one token (or one unknown token) over the whole word
+                out.append(m.span())
+            else:
+                start = m.start()
+                out.extend([(start + a, start + b) for a, b in spans])
             if len(out) > n - 1:
                 break
         del out[n - 1 :]
