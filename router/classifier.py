@@ -187,11 +187,13 @@ class Classifier:
         )
         vectors = {} if read_clauses and self._reader is not None and scores is not None else None
         floor = clause_floor(self.manifest.compound) if vectors is not None else 0.0
-        for idx in _chunks(order, lengths, self.max_batch, self.max_tokens):
+        single = len(encs) == 1
+        for idx in [[0]] if single else _chunks(order, lengths, self.max_batch, self.max_tokens):
+            at = slice(0, 1) if single else idx  # a slice sets one row in a third of a list index's time
             # the tokenizer pads nothing, so a message's attention mask is ones over its own tokens
             if len(idx) == 1:  # no padding: the arrays straight from the encoding
                 ids = np.asarray([encs[idx[0]].ids], dtype=np.int64)
-                mask = np.ones_like(ids)
+                mask = np.ones(ids.shape, dtype=np.int64)
             else:
                 width = lengths[idx[-1]]
                 ids = np.zeros((len(idx), width), dtype=np.int64)
@@ -203,13 +205,15 @@ class Classifier:
                 self._outputs if vectors is None else self._outputs_states,
                 {"input_ids": ids, "attention_mask": mask},
             )
-            probs[idx] = out[0]
+            probs[at] = out[0]
             if dist is not None:
-                dist[idx] = out[1]
+                dist[at] = out[1]
             if scores is not None:
-                scores[idx] = out[len(self._outputs) - 1]  # the last of _outputs; the states follow
-            if vectors is not None:
-                self._clause_vectors(texts, encs, idx, probs, scores, out[-1], floor, vectors)
+                scores[at] = out[len(self._outputs) - 1]  # the last of _outputs; the states follow
+            if vectors is not None:  # the chunk's own rows: out, not probs and scores indexed again
+                self._clause_vectors(
+                    texts, encs, idx, out[0], out[len(self._outputs) - 1], out[-1], floor, vectors
+                )
         return probs, dist, scores, encs, t1 - t0, time.perf_counter() - t1, vectors
 
     def _encode(self, texts: Sequence[str]) -> list:
@@ -230,8 +234,9 @@ class Classifier:
         return [self.tokenizer.encode(t) for t in texts]
 
     def _clause_vectors(self, texts, encs, idx, probs, scores, states, floor, vectors) -> None:
+        """``probs``, ``scores`` and ``states``: the chunk's rows, in ``idx`` order."""
         # plain floats and one argmax per chunk, not numpy scalars per message
-        tops, rows = probs[idx].argmax(axis=1).tolist(), scores[idx].tolist()
+        tops, rows = probs.argmax(axis=1).tolist(), scores.tolist()
         for row, i in enumerate(idx):
             primary = self.labels[tops[row]]
             clauses = clauses_to_read(self.manifest.compound, texts[i], primary, rows[row], floor)
@@ -277,7 +282,7 @@ class Classifier:
         return probs, dist, scores, intents, clauses
 
     def _intents(self, texts, probs, scores, vectors) -> tuple[list[list[str]], list[list[dict]]]:
-        primaries = [self.labels[int(j)] for j in probs.argmax(axis=1)]
+        primaries = [self.labels[j] for j in probs.argmax(axis=1).tolist()]
         if vectors is None:  # each clause classified on its own, in a second run
             return resolve_batch(
                 texts,

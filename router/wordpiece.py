@@ -47,10 +47,13 @@ class FastEncoding:
     and ``len()``. The offsets are worked out only when read (the clause reader needs them for a few
     messages)."""
 
-    __slots__ = ("_owner", "_text", "ids", "overflowing")
+    __slots__ = ("_owner", "_text", "_words", "ids", "overflowing")
 
-    def __init__(self, owner: AsciiWordPiece, text: str, ids: list[int], overflowing: bool) -> None:
-        self._owner, self._text, self.ids, self.overflowing = owner, text, ids, overflowing
+    def __init__(
+        self, owner: AsciiWordPiece, text: str, words: list[str], ids: list[int], overflowing: bool
+    ) -> None:
+        self._owner, self._text, self._words = owner, text, words
+        self.ids, self.overflowing = ids, overflowing
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -58,7 +61,7 @@ class FastEncoding:
     @property
     def offsets(self) -> list[tuple[int, int]]:
         """(start, end) in the text for each token; (0, 0) for the special tokens, as the tokenizer gives."""
-        return self._owner.offsets(self._text, len(self.ids))
+        return self._owner.offsets(self._text, self._words, len(self.ids))
 
 
 class AsciiWordPiece:
@@ -136,7 +139,9 @@ class AsciiWordPiece:
             return None
         ids = [self.first_id]
         extend, cache = ids.extend, self._cache
-        for word in _WORDS.findall(text.lower() if self.lowercase else text):
+        text = text.lower() if self.lowercase else text  # the same length: ASCII and PUNCTUATION only
+        words = _WORDS.findall(text)
+        for word in words:
             entry = cache.get(word)
             if entry is None:
                 entry = self._word(word)
@@ -145,17 +150,21 @@ class AsciiWordPiece:
         if overflowing:
             del ids[self.body + 1 :]
         ids.append(self.last_id)
-        return FastEncoding(self, text, ids, overflowing)
+        return FastEncoding(self, text, words, ids, overflowing)
 
-    def offsets(self, text: str, n: int) -> list[tuple[int, int]]:
-        """The offsets of the first ``n`` tokens of ``text``'s encoding (``n`` counts both special tokens)."""
+    def offsets(self, text: str, words: list[str], n: int) -> list[tuple[int, int]]:
+        """The offsets of the first ``n`` tokens (``n`` counts both special tokens) of the encoding of
+        ``text`` (as ``encode`` normalised it), whose ``words`` are ``_WORDS``'s matches in order. Only
+        whitespace lies between two matches, so each word is the first one found after the last."""
         out = [(0, 0)]
-        for m in _WORDS.finditer(text.lower() if self.lowercase else text):
-            spans = self._word(m.group())[1]
+        end = 0
+        for word in words:
+            start = text.find(word, end)
+            end = start + len(word)
+            spans = self._word(word)[1]
             if len(spans) == 1:  # most words are one token (or one unknown token) over the whole word
-                out.append(m.span())
+                out.append((start, end))
             else:
-                start = m.start()
                 out.extend([(start + a, start + b) for a, b in spans])
             if len(out) > n - 1:
                 break
