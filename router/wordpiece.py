@@ -6,8 +6,10 @@ cache of words in about 7 µs. :meth:`AsciiWordPiece.for_tokenizer` takes a load
 None unless it is exactly the pipeline re-implemented here (BertNormalizer, BertPreTokenizer, WordPiece, one
 special token on either side), and :meth:`AsciiWordPiece.encode` returns None for text it does not take
 (a non-ASCII character other than ``PUNCTUATION``, a control character, an added token spelled out): the
-caller gives that to the tokenizer. The ids, offsets and truncation are the tokenizer's own (tests/test_wordpiece.py checks them on
-the corpus and on random strings); the instance also checks itself against the tokenizer when it is made.
+caller gives that to the tokenizer. The ids, offsets and truncation are the tokenizer's own
+(tests/test_wordpiece.py checks them on the corpus and on random strings), and each instance checks itself
+against its tokenizer when it is made. Threads may share an instance: the word cache is a dict, and a race
+at worst cuts a word twice.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ PUNCTUATION = "\u2013\u2014\u2018\u2019\u201c\u201d\u2022\u2026"
 _FOREIGN = re.compile(rf"[^\x00-\x7f{PUNCTUATION}]")
 # ASCII control characters that BertNormalizer deletes (or, with clean_text off, keeps inside a word): both
 # move the words, so such text goes to the tokenizer. Tab, newline and carriage return are plain whitespace.
-_CONTROL = "\x00-\x08\x0b\x0c\x0e-\x1f\x7f"
+_CONTROL = r"\x00-\x08\x0b\x0c\x0e-\x1f\x7f"
 # Words kept in the cache, at most: a service sees arbitrary words, and the cache must not grow with them.
 MAX_CACHED_WORDS = 50_000
 # Probe texts the fast path must tokenize exactly as the tokenizer does before it is used.
