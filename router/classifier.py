@@ -177,7 +177,6 @@ class Classifier:
         encs = self._encode(texts)
         t1 = time.perf_counter()
         lengths = [len(e) for e in encs]  # len(e), not len(e.ids): .ids builds a new list on every access
-        order = sorted(range(len(encs)), key=lengths.__getitem__)
         probs = np.empty((len(encs), len(self.labels)), dtype=np.float32)
         dist = np.empty(len(encs), dtype=np.float32) if self.distance_threshold is not None else None
         scores = (
@@ -188,7 +187,12 @@ class Classifier:
         vectors = {} if read_clauses and self._reader is not None and scores is not None else None
         floor = clause_floor(self.manifest.compound) if vectors is not None else 0.0
         single = len(encs) == 1
-        for idx in [[0]] if single else _chunks(order, lengths, self.max_batch, self.max_tokens):
+        if single:  # one message needs no plan
+            chunks = [[0]]
+        else:
+            order = sorted(range(len(encs)), key=lengths.__getitem__)
+            chunks = _chunks(order, lengths, self.max_batch, self.max_tokens)
+        for idx in chunks:
             at = slice(0, 1) if single else idx  # a slice sets one row in a third of a list index's time
             # the tokenizer pads nothing, so a message's attention mask is ones over its own tokens
             if len(idx) == 1:  # no padding: the arrays straight from the encoding
