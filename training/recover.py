@@ -1,0 +1,291 @@
+"""A trainable body recovered from an exported graph, for a model that ships without its checkpoint.
+
+Exported models ship their ONNX graph, not the SetFit checkpoint (models/README.md), so a student could
+only be distilled on a machine that had built the teacher. The graph holds every weight of the body,
+though: the LayerNorms, biases and (in the shipped recipes) the attention projections in fp32 under
+their torch names, the other projections as MatMulNBits blocks and the embedding tables as uint8 with a
+scale. ``recover_body`` reads them back into the base model's architecture, dequantizing what was
+quantized, so the recovered body computes what the graph's weights compute. It is the graph's body, not
+the checkpoint's: a quantized weight comes back within half a quantization step of the original.
+
+Graphs whose encoder runs int8 activations through MatMulInteger or QAttention (the ``rowscaled-int8``
+recipes, used by students) are refused: a teacher ships through the weight-only recipes.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from router.manifest import ModelError, load_manifest, verify_file
+
+# the IntentGraph's attribute that holds the transformer (training.export._graph_module): the torch names of
+# the body's parameters appear in the graph under this scope
+BODY_SCOPE = "transformer"
+RECOVERY_NOTE = "recovered.json"
+# texts the recovered body and the graph embed, to check the recovery (any text would do)
+PROBE_TEXTS = (
+    "find the latest quarterly report on churn",
+    "why did the deploy fail last night, walk me through it",
+    "plan a three-day offsite for the design team in lisbon",
+    "what did i tell you about my allergy last week?",
+    "send the invoice to maria and cc finance",
+    "thanks, that's all for now",
+    "compare postgres and sqlite for an embedded analytics tool and recommend one",
+    "remind me what we decided about the api versioning",
+)
+_UNSUPPORTED = {
+    "MatMulInteger",
+    "QAttention",
+    "DynamicQuantizeMatMul",
+    "QLinearMatMul",
+    "MatMulIntegerToFloat",
+}
+_LAYER = re.compile(r"/" + BODY_SCOPE + r"/encoder/layer\.(\d+)/")
+
+
+def graph_tensors(model) -> tuple[dict[str, np.ndarray], list[str]]:
+    """The body's parameters in an ONNX graph (an ``onnx.ModelProto``), by their names inside the
+    transformer (``encoder.layer.0.attention.self.query.weight``), as float32 in torch's layout; and the
+    names that came back from quantized weights."""
+    from onnx import numpy_helper
+
+    inits = {i.name: i for i in model.graph.initializer}
+    prefix = BODY_SCOPE + "."
+    out: dict[str, np.ndarray] = {}
+    quantized: list[str] = []
+
+    def array(name: str) -> np.ndarray:
+        return numpy_helper.to_array(inits[name])
+
+    for name in inits:  # parameters under their torch names: LayerNorms, biases, embeddings
+        if not name.startswith(prefix):
+            continue
+        key = name[len(prefix) :]
+        if key.endswith("_quantized"):  # a table quantized per tensor: (q - zero point) * scale
+            key = key[: -len("_quantized")]
+            scale, zero = (
+                array(name[: -len("_quantized")] + "_scale"),
+                name[: -len("_quantized")] + "_zero_point",
+            )
+            if np.asarray(scale).size != 1:
+                raise ModelError(f"{name}: only per-tensor quantized tables can be recovered")
+            zp = array(zero).astype(np.float32) if zero in inits else np.float32(0)
+            out[key] = ((array(name).astype(np.float32) - zp) * scale.astype(np.float32)).astype(np.float32)
+            quantized.append(key)
+        elif key.endswith(("_scale", "_zero_point")):
+            continue
+        elif inits[name].data_type == 1:  # FLOAT
+            out[key] = array(name).astype(np.float32)
+    for node in model.graph.node:
+        inside = node.name.startswith("/" + BODY_SCOPE + "/") or any(_LAYER.search(o) for o in node.output)
+        if not inside:
+            continue
+        if node.op_type in _UNSUPPORTED:
+            raise ModelError(
+                f"the graph's {node.op_type} node {node.name} runs int8 activations (a rowscaled-int8 or "
+                "dynamic int8 recipe): its body cannot be recovered; use the model's fp32 graph or its checkpoint"
+            )
+        if node.op_type == "MatMul" and node.input[1] in inits:
+            out[_module(node.name) + ".weight"] = array(node.input[1]).astype(np.float32).T.copy()
+        elif node.op_type == "MatMulNBits":
+            key = _module(node.name) + ".weight"
+            out[key] = _dequantize_nbits(node, array)
+            quantized.append(key)
+        elif node.op_type == "Attention" and node.input[1] in inits:
+            match = _LAYER.search(node.output[0])
+            if match is None:
+                raise ModelError(f"cannot tell which layer the fused attention {node.name} belongs to")
+            base = f"encoder.layer.{match.group(1)}.attention.self."
+            weight, bias = array(node.input[1]).astype(np.float32), array(node.input[2]).astype(np.float32)
+            sizes = _attr(node, "qkv_hidden_sizes") or [weight.shape[1] // 3] * 3
+            cuts = np.cumsum([0, *sizes])
+            for k, part in enumerate(("query", "key", "value")):
+                out[base + part + ".weight"] = weight[:, cuts[k] : cuts[k + 1]].T.copy()
+                out[base + part + ".bias"] = bias[cuts[k] : cuts[k + 1]].copy()
+    return out, quantized
+
+
+def _module(node_name: str) -> str:
+    """'/transformer/encoder/layer.0/intermediate/dense/MatMul_Q8' -> 'encoder.layer.0.intermediate.dense'."""
+    parts = node_name.strip("/").split("/")
+    if len(parts) < 3 or parts[0] != BODY_SCOPE:
+        raise ModelError(f"cannot tell which module the graph's node {node_name!r} belongs to")
+    return ".".join(parts[1:-1])
+
+
+def _attr(node, name: str):
+    from onnx import helper
+
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return None
+
+
+def _dequantize_nbits(node, array) -> np.ndarray:
+    """A MatMulNBits weight as torch's (out, in) float32: blocks of ``block_size`` along the input, each
+    (q - zero point) * scale; no zero points means the middle of the range (2^(bits - 1))."""
+    k, n, bits, block = (int(_attr(node, a)) for a in ("K", "N", "bits", "block_size"))
+    if bits not in (4, 8):
+        raise ModelError(f"{node.name}: MatMulNBits with {bits} bits cannot be recovered (4 or 8)")
+    if len(node.input) > 4 and node.input[4]:
+        raise ModelError(f"{node.name}: MatMulNBits with a g_idx (act-order) cannot be recovered")
+    blocks = -(-k // block)
+    q = array(node.input[1]).reshape(n, -1)
+    if bits == 4:  # two values a byte, the low nibble first
+        q = np.stack([q & 0x0F, q >> 4], axis=-1).reshape(n, -1)
+    q = q[:, : blocks * block].reshape(n, blocks, block).astype(np.float32)
+    scales = array(node.input[2]).astype(np.float32).reshape(n, blocks)
+    if len(node.input) > 3 and node.input[3]:
+        zp = array(node.input[3])
+        if zp.dtype == np.uint8:
+            zp = zp.reshape(n, -1)
+            if bits == 4:
+                zp = np.stack([zp & 0x0F, zp >> 4], axis=-1).reshape(n, -1)
+            zp = zp[:, :blocks].astype(np.float32)
+        else:  # float zero points, in the scales' shape
+            zp = zp.astype(np.float32).reshape(n, blocks)
+    else:
+        zp = np.full((n, blocks), 2 ** (bits - 1), dtype=np.float32)
+    w = (q - zp[:, :, None]) * scales[:, :, None]
+    if len(node.input) > 5 and node.input[5]:
+        raise ModelError(f"{node.name}: MatMulNBits with its own bias cannot be recovered")
+    return w.reshape(n, blocks * block)[:, :k].astype(np.float32)
+
+
+def recover_body(
+    model_dir: str | Path,
+    out_dir: str | Path,
+    variant: str | None = None,
+    base_model: str | None = None,
+    report: Callable[[str], None] = print,
+) -> dict:
+    """Write the body of the exported model in ``model_dir`` to ``out_dir`` as a sentence-transformers
+    folder (what a teacher's ``checkpoint/`` holds), from ``variant``'s graph (default: fp32 when its file is
+    there, else int8), in the architecture of ``base_model`` (default: the manifest's). Parameters the graph
+    does not use (BERT's pooler) keep the base model's values. Returns what ``RECOVERY_NOTE`` records: the
+    source graph, which weights were dequantized, and how close the recovered body's embeddings are to the
+    graph's own on ``PROBE_TEXTS``."""
+    import onnx
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from training.config import resolve_base_model
+
+    model_dir, out_dir = Path(model_dir), Path(out_dir)
+    manifest = load_manifest(model_dir)
+    variants = manifest.export.variants if manifest.export is not None else {}
+    if not variants:
+        raise ModelError(f"{model_dir} has no exported graph to recover a body from")
+    if variant is None:
+        fp32 = variants.get("fp32")
+        variant = (
+            "fp32"
+            if fp32 is not None and (model_dir / fp32.file.path).is_file()
+            else manifest.export.default_variant
+        )
+    if variant not in variants:
+        raise ModelError(f"{model_dir} has no {variant!r} graph (it has {', '.join(variants)})")
+    entry = variants[variant]
+    path = verify_file(model_dir, entry.file)
+    graph = onnx.load(str(path))
+    tensors, quantized = graph_tensors(graph)
+
+    base = resolve_base_model(base_model or manifest.base_model)
+    body = SentenceTransformer(base, device="cpu")
+    body.max_seq_length = manifest.max_seq_length
+    params = dict(body[0].auto_model.named_parameters())
+    unused = sorted(set(tensors) - set(params))
+    if unused:
+        raise ModelError(
+            f"the graph has weights the base model {base_model or manifest.base_model} does not: "
+            f"{', '.join(unused[:5])}{' ...' if len(unused) > 5 else ''} (name the model's own base model)"
+        )
+    kept = sorted(name for name in params if name not in tensors)
+    if any(not name.startswith("pooler.") for name in kept):
+        raise ModelError(f"the graph lacks these weights of the body: {', '.join(kept[:5])}")
+    with torch.no_grad():
+        for name, value in tensors.items():
+            p = params[name]
+            if tuple(p.shape) != value.shape:
+                raise ModelError(
+                    f"{name}: the graph's weight is {value.shape}, the base model's {tuple(p.shape)} "
+                    "(a narrowed or cut student cannot be recovered into its base model)"
+                )
+            p.copy_(torch.from_numpy(value))
+    body.eval()
+    check = _check(graph, body, manifest.max_seq_length)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    body.save(str(out_dir))
+    note = {
+        "model_id": manifest.model_id,
+        "variant": variant,
+        "graph": entry.file.path,
+        "graph_sha256": entry.file.sha256,
+        "recipe": entry.recipe,
+        "dequantized": len(quantized),
+        "weights": len(tensors),
+        "kept_from_base": kept,
+        **check,
+    }
+    import json
+
+    (out_dir / RECOVERY_NOTE).write_text(json.dumps(note, indent=2) + "\n", encoding="utf-8")
+    report(
+        f"body recovered from {path.name} ({variant}{', ' + entry.recipe if entry.recipe else ''}): "
+        f"{len(tensors)} weights, {len(quantized)} dequantized; its embeddings against the graph's on "
+        f"{check['probe_texts']} texts: cosine >= {check['min_cosine']:.6f}"
+    )
+    return note
+
+
+def _check(graph, body, max_length: int) -> dict:
+    """The recovered body's normalised embeddings against the graph's own (the input of its head), on
+    PROBE_TEXTS: the lowest cosine, and the largest absolute difference."""
+    import onnx
+    import onnxruntime as ort
+
+    tensor = _embedding_tensor(graph)
+    g = onnx.ModelProto()
+    g.CopyFrom(graph)
+    g.graph.output.append(onnx.helper.make_empty_tensor_value_info(tensor))
+    with tempfile.TemporaryDirectory() as tmp:  # the graph may be over protobuf's 2 GB in-memory limit
+        probe = Path(tmp) / "probe.onnx"
+        onnx.save(g, str(probe))
+        session = ort.InferenceSession(str(probe), providers=["CPUExecutionProvider"])
+    tok = body.tokenizer
+    ours = body.encode(list(PROBE_TEXTS), normalize_embeddings=True, convert_to_numpy=True)
+    theirs = []
+    for text in PROBE_TEXTS:
+        enc = tok([text], truncation=True, max_length=max_length, return_tensors="np")
+        feed = {
+            "input_ids": enc["input_ids"].astype(np.int64),
+            "attention_mask": enc["attention_mask"].astype(np.int64),
+        }
+        theirs.append(session.run([tensor], feed)[0][0])
+    theirs = np.asarray(theirs, dtype=np.float32)
+    theirs /= np.linalg.norm(theirs, axis=1, keepdims=True)
+    cos = (ours * theirs).sum(axis=1)
+    return {
+        "probe_texts": len(PROBE_TEXTS),
+        "min_cosine": float(cos.min()),
+        "max_abs_diff": float(np.abs(ours - theirs).max()),
+    }
+
+
+def _embedding_tensor(graph) -> str:
+    """The pooled embedding the heads read: the first input the head's MatMuls (outside the body) share."""
+    inits = {i.name for i in graph.graph.initializer}
+    heads = [
+        n
+        for n in graph.graph.node
+        if n.op_type == "MatMul" and not n.name.startswith("/" + BODY_SCOPE + "/") and n.input[1] in inits
+    ]
+    if not heads:
+        raise ModelError("cannot find the graph's head (a MatMul on the pooled embedding)")
+    return heads[0].input[0]
