@@ -78,9 +78,8 @@ class IntentModel:
             f"{manifest.model_id}/torch" if manifest is not None else "unsaved/torch"
         )
         self.fit_seconds: dict[str, float] = {}
-        self.teacher_recovery: dict | None = (
-            None  # training.recover's note when the teacher had no checkpoint
-        )
+        # training.recover's note when the teacher was an exported model without its checkpoint
+        self.teacher_recovery: dict | None = None
         self.scope: InScopeDistance | None = None
         self.compound: CompoundHead | None = None
 
