@@ -82,6 +82,26 @@ def test_the_shipped_models_body_is_recovered_from_its_int8_graph(tmp_path):
     assert _check(graph, base, 128)["min_cosine"] < 0.9
 
 
+def test_a_body_that_does_not_compute_what_the_graph_does_is_not_written(tmp_path, monkeypatch):
+    """A mapping gone wrong (layer 0's query and key weights swapped, standing in for a graph laid out in a
+    way the reader misjudges) fails the embedding check, and nothing is written."""
+    import training.recover as recover
+    from router.manifest import ModelError
+
+    real = recover.graph_tensors
+
+    def swapped(model):
+        tensors, quantized = real(model)
+        q, k = "encoder.layer.0.attention.self.query.weight", "encoder.layer.0.attention.self.key.weight"
+        tensors[q], tensors[k] = tensors[k], tensors[q]
+        return tensors, quantized
+
+    monkeypatch.setattr(recover, "graph_tensors", swapped)
+    with pytest.raises(ModelError, match="does not embed text as the graph does"):
+        recover.recover_body(SHIPPED, tmp_path / "body", report=lambda _: None)
+    assert not (tmp_path / "body").exists()
+
+
 def test_a_graph_with_int8_activations_is_refused(tmp_path):
     """The fast model's rowscaled-int8 graph runs its MatMuls on int8 activations (MatMulInteger,
     QAttention): no trainable body can be read from it, and recover_body says so before writing anything."""
