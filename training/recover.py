@@ -14,6 +14,7 @@ recipes, used by students) are refused: a teacher ships through the weight-only 
 
 from __future__ import annotations
 
+import json
 import re
 import tempfile
 from collections.abc import Callable
@@ -70,11 +71,8 @@ def graph_tensors(model) -> tuple[dict[str, np.ndarray], list[str]]:
             continue
         key = name[len(prefix) :]
         if key.endswith("_quantized"):  # a table quantized per tensor: (q - zero point) * scale
-            key = key[: -len("_quantized")]
-            scale, zero = (
-                array(name[: -len("_quantized")] + "_scale"),
-                name[: -len("_quantized")] + "_zero_point",
-            )
+            key, stem = key[: -len("_quantized")], name[: -len("_quantized")]
+            scale, zero = array(stem + "_scale"), stem + "_zero_point"
             if np.asarray(scale).size != 1:
                 raise ModelError(f"{name}: only per-tensor quantized tables can be recovered")
             zp = array(zero).astype(np.float32) if zero in inits else np.float32(0)
@@ -138,6 +136,8 @@ def _dequantize_nbits(node, array) -> np.ndarray:
         raise ModelError(f"{node.name}: MatMulNBits with {bits} bits cannot be recovered (4 or 8)")
     if len(node.input) > 4 and node.input[4]:
         raise ModelError(f"{node.name}: MatMulNBits with a g_idx (act-order) cannot be recovered")
+    if len(node.input) > 5 and node.input[5]:
+        raise ModelError(f"{node.name}: MatMulNBits with its own bias cannot be recovered")
     blocks = -(-k // block)
     q = array(node.input[1]).reshape(n, -1)
     if bits == 4:  # two values a byte, the low nibble first
@@ -156,8 +156,6 @@ def _dequantize_nbits(node, array) -> np.ndarray:
     else:
         zp = np.full((n, blocks), 2 ** (bits - 1), dtype=np.float32)
     w = (q - zp[:, :, None]) * scales[:, :, None]
-    if len(node.input) > 5 and node.input[5]:
-        raise ModelError(f"{node.name}: MatMulNBits with its own bias cannot be recovered")
     return w.reshape(n, blocks * block)[:, :k].astype(np.float32)
 
 
@@ -241,8 +239,6 @@ def recover_body(
         "kept_from_base": kept,
         **check,
     }
-    import json
-
     (out_dir / RECOVERY_NOTE).write_text(json.dumps(note, indent=2) + "\n", encoding="utf-8")
     report(
         f"body recovered from {path.name} ({variant}{', ' + entry.recipe if entry.recipe else ''}): "
