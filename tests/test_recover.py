@@ -140,3 +140,72 @@ def test_an_exported_model_without_its_checkpoint_teaches_a_student(tiny_exporte
     teacher = manifest.training["teacher"]
     assert teacher["body"]["variant"] == "fp32" and teacher["body"]["min_cosine"] > 0.99999
     assert any("body recovered from model.fp32.onnx" in line for line in lines)
+
+
+def test_the_shipped_model_comes_back_as_a_setfit_model_that_gives_the_graphs_probabilities(tmp_path):
+    """With its logistic head read from the graph too, the default model loads as a SetFit checkpoint whose
+    calibrated probabilities are the router's, up to the graph's int8 activations, on text the probe did
+    not see."""
+    from router.classifier import Classifier
+    from router.manifest import load_manifest
+    from training.model import IntentModel
+    from training.recover import RECOVERY_NOTE, recover_model
+
+    note = recover_model(SHIPPED, tmp_path / "setfit", report=lambda _: None)
+    assert note["top1_agreement"] == 1.0 and note["max_abs_prob_diff"] < 0.01
+    assert (
+        json.loads((tmp_path / "setfit" / RECOVERY_NOTE).read_text())["max_abs_prob_diff"]
+        == (note["max_abs_prob_diff"])
+    )
+    manifest = load_manifest(SHIPPED)
+    model = IntentModel.load(tmp_path / "setfit", manifest=manifest)
+    assert model.labels == list(manifest.labels) and model.temperature == manifest.calibration.temperature
+    texts = [json.loads(line)["text"] for line in (SHIPPED.parent.parent / "data" / "dev.jsonl").open()][:60]
+    ours = model.predict_proba(texts)
+    theirs = Classifier(SHIPPED).predict_proba(texts)
+    assert (ours.argmax(axis=1) == theirs.argmax(axis=1)).all()
+    assert np.abs(ours - theirs).max() < 0.1  # 0.049 on dev, test and oos.jsonl (docs/speed.md, session 34)
+
+
+def test_a_graph_whose_head_scale_is_not_the_manifests_temperature_is_refused(tmp_path):
+    """The graph's softmax scale is 1 / T: a manifest whose calibration says otherwise describes another
+    model, and nothing is written."""
+    import shutil
+
+    import onnx
+
+    from router.manifest import ModelError
+    from training.recover import graph_head, recover_model
+
+    scale = graph_head(onnx.load(str(SHIPPED / "model.int8.onnx")), "probabilities")[2]
+    copy = tmp_path / "model"
+    shutil.copytree(SHIPPED, copy, ignore=shutil.ignore_patterns("checkpoint"))
+    manifest = json.loads((copy / "manifest.json").read_text())
+    assert manifest["calibration"]["temperature"] * scale == pytest.approx(1.0)
+    manifest["calibration"]["temperature"] *= 1.5
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ModelError, match="describe different models"):
+        recover_model(copy, tmp_path / "setfit", report=lambda _: None)
+    assert not (tmp_path / "setfit").exists()
+
+
+@pytest.mark.slow
+def test_bench_speed_times_the_pytorch_model_read_back_when_no_checkpoint_ships(model_copy, tmp_path):
+    """A fresh clone has graphs, not checkpoints: the speed benchmark reads the PyTorch model back from the
+    graph and times it as the SetFit reference; a model that cannot be read back loses only that row."""
+    from training.pipeline import speed_benchmark
+
+    data = tmp_path / "texts.jsonl"
+    data.write_text("".join(json.dumps({"text": t}) + "\n" for t in ("find the Q3 deck", "book a room")))
+    said = []
+    res = speed_benchmark(model_copy, data, runs=1, report=said.append)
+    names = [r["name"] for r in res["rows"]]
+    assert "setfit pytorch (read back from the graph)" in names
+    assert res["reference_model"] == res["model"]
+    assert all(r["speedup_p50_vs_setfit"] > 0 for r in res["rows"])
+    assert any("reading the PyTorch model back" in line for line in said)
+
+    said.clear()
+    res = speed_benchmark(FAST, data, runs=1, report=said.append)
+    assert not any(r["name"].startswith("setfit") for r in res["rows"])
+    assert any("skipping setfit pytorch" in line and "int8 activations" in line for line in said)

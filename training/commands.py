@@ -159,16 +159,25 @@ def recover_body(
     base_model: str | None = Opt(
         None, help="Architecture to load it into (default: the manifest's base model)."
     ),
+    head: bool = Opt(
+        False,
+        "--head/--body-only",
+        help="Also read the logistic head back: a SetFit checkpoint whose predict_proba, at the manifest's "
+        "temperature, gives the graph's probabilities in PyTorch.",
+    ),
 ) -> None:
     """Read a trainable body back from an exported graph, for a model that ships without its checkpoint:
     quantized weights come back dequantized. A build names the model as 'teacher' and does this itself."""
     from router.routing import default_model_dir
     from training.recover import recover_body as recover
+    from training.recover import recover_model
 
-    note = recover(model or default_model_dir(), out, variant=variant, base_model=base_model, report=say)
+    read = recover_model if head else recover
+    note = read(model or default_model_dir(), out, variant=variant, base_model=base_model, report=say)
+    what = "a SetFit checkpoint" if head else "the body"
     console.print(
-        f"wrote [bold]{out}[/]: {note['weights']} weights from {note['graph']}, {note['dequantized']} dequantized; "
-        f"embeddings against the graph's: cosine >= {note['min_cosine']:.6f}"
+        f"wrote [bold]{out}[/] ({what}): {note['weights']} weights from {note['graph']}, {note['dequantized']} "
+        f"dequantized; embeddings against the graph's: cosine >= {note['min_cosine']:.6f}"
     )
 
 
@@ -249,11 +258,16 @@ def print_eval_summary(report: dict) -> None:
 def bench_speed(
     model: Annotated[
         Path | None,
-        Opt(help="Model directory (default: the shipped model; its checkpoint/ enables the PyTorch row)."),
+        Opt(help="Model directory (default: the shipped model)."),
     ] = None,
     data: Path = Opt(Path("data/test.jsonl"), help="JSONL messages to time."),
     limit: int = Opt(500, help="How many messages."),
     torch: bool = Opt(True, "--torch/--no-torch", help="Include SetFit PyTorch predict_proba."),
+    reference: Path | None = Opt(
+        None,
+        help="Model whose SetFit PyTorch is timed (default: --model): its checkpoint/, else the model read "
+        "back from its graph. The fast model cannot be read back: name the default model.",
+    ),
     batch_size: int = Opt(64),
     threads: int | None = Opt(None, help="onnxruntime intra-op threads (default: all cores)."),
     out: Path | None = Opt(None, help="Also write the results as JSON."),
@@ -271,6 +285,7 @@ def bench_speed(
         data,
         limit=limit,
         include_torch=torch,
+        reference=reference,
         batch_size=batch_size,
         threads=threads,
         out=out,

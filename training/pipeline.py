@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -112,6 +113,7 @@ def speed_benchmark(
     *,
     limit: int = 500,
     include_torch: bool = True,
+    reference: str | Path | None = None,
     batch_size: int = 64,
     threads: int | None = None,
     out: str | Path | None = None,
@@ -119,37 +121,62 @@ def speed_benchmark(
     runs: int = 3,
     compare: Sequence[str | Path] = (),
 ) -> dict:
-    """Time the exported router (int8, fp32) beside SetFit PyTorch (when the model has its checkpoint)
-    and the int8 router of each model in ``compare``, on the first ``limit`` messages of ``data``; with
-    ``out``, also write the results as JSON."""
+    """Time the exported router (int8, fp32) beside SetFit PyTorch and the int8 router of each model in
+    ``compare``, on the first ``limit`` messages of ``data``; with ``out``, also write the results as JSON.
+
+    The PyTorch row is ``reference``'s SetFit model (default: ``model``'s): its checkpoint, or, for an
+    exported model that ships without one, the model read back from its graph (training.recover), so that
+    the ratio to SetFit can be measured on any machine. A model whose graph runs int8 activations (the fast
+    student) cannot be read back: name the default model as the reference."""
     from eval.bench_speed import run_speed_benchmark
     from eval.data import load_unlabeled
-    from router.manifest import load_manifest
     from router.routing import default_model_dir
-    from training.model import IntentModel, checkpoint_of
 
     model = Path(model or default_model_dir())
     texts = load_unlabeled(data).texts[:limit]
-    manifest = load_manifest(model)
-    ckpt = checkpoint_of(model, manifest)
-    reference = None
-    if include_torch and ckpt.is_dir():
-        reference = ("setfit pytorch predict_proba", lambda: IntentModel.load(ckpt, manifest=manifest))
-    elif include_torch:
-        report(f"skipping setfit pytorch: no checkpoint at {ckpt} (train the model to compare)")
-    res = run_speed_benchmark(
-        model,
-        texts,
-        reference=reference,
-        batch_size=batch_size,
-        threads=threads,
-        report=report,
-        runs=runs,
-        compare=compare,
-    )
+    with tempfile.TemporaryDirectory(prefix="reference-") as workdir:
+        torch_row = (
+            _torch_reference(Path(reference) if reference is not None else model, Path(workdir), report)
+            if include_torch
+            else None
+        )
+        res = run_speed_benchmark(
+            model,
+            texts,
+            reference=torch_row[:2] if torch_row else None,
+            reference_model=torch_row[2] if torch_row else None,
+            batch_size=batch_size,
+            threads=threads,
+            report=report,
+            runs=runs,
+            compare=compare,
+        )
     if out is not None:
         write_json(res, out)
     return res
+
+
+def _torch_reference(model: Path, workdir: Path, report: Reporter):
+    """(name, loader, model id) of ``model``'s SetFit PyTorch predictor for the speed benchmark, or None
+    when it has neither a checkpoint nor a graph a model can be read back from (said through ``report``)."""
+    from router.manifest import ModelError, load_manifest
+    from training.model import IntentModel, checkpoint_of
+
+    manifest = load_manifest(model)
+    ckpt = checkpoint_of(model, manifest)
+    name = "setfit pytorch predict_proba"
+    if not ckpt.is_dir():
+        from training.recover import recover_model
+
+        report(f"no checkpoint at {ckpt}: reading the PyTorch model back from {model}'s graph")
+        ckpt = workdir / "recovered"
+        try:
+            recover_model(model, ckpt, report=report)
+        except ModelError as e:
+            report(f"skipping setfit pytorch: {e}")
+            return None
+        name = "setfit pytorch (read back from the graph)"
+    return name, lambda: IntentModel.load(ckpt, manifest=manifest), manifest.model_id
 
 
 def write_json(result: dict, path: str | Path) -> Path:

@@ -17,8 +17,10 @@ from __future__ import annotations
 import json
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -159,26 +161,32 @@ def _dequantize_nbits(node, array) -> np.ndarray:
     return w.reshape(n, blocks * block)[:, :k].astype(np.float32)
 
 
-def recover_body(
-    model_dir: str | Path,
-    out_dir: str | Path,
-    variant: str | None = None,
-    base_model: str | None = None,
-    report: Callable[[str], None] = print,
-) -> dict:
-    """Write the body of the exported model in ``model_dir`` to ``out_dir`` as a sentence-transformers
-    folder (what a teacher's ``checkpoint/`` holds), from ``variant``'s graph (default: fp32 when its file is
-    there, else int8), in the architecture of ``base_model`` (default: the manifest's). Parameters the graph
-    does not use (BERT's pooler) keep the base model's values. Returns what ``RECOVERY_NOTE`` records: the
-    source graph, which weights were dequantized, and how close the recovered body's embeddings are to the
-    graph's own on ``PROBE_TEXTS``."""
+@dataclass(frozen=True)
+class Recovered:
+    """A body read back from a graph (``recovered_body``), the graph, and the graph's probabilities on
+    PROBE_TEXTS (the output the manifest names), which a recovered head is checked against."""
+
+    body: Any  # a sentence_transformers.SentenceTransformer
+    note: dict
+    graph: Any  # an onnx.ModelProto
+    probe_probabilities: np.ndarray
+
+
+def recovered_body(
+    model_dir: str | Path, variant: str | None = None, base_model: str | None = None
+) -> Recovered:
+    """The body of the exported model in ``model_dir`` read back from ``variant``'s
+    graph (default: fp32 when its file is there, else the default variant) into the architecture of
+    ``base_model`` (default: the manifest's), checked against the graph (``MIN_COSINE``); its ``note`` is
+    what ``RECOVERY_NOTE`` records. Parameters the graph does not use (BERT's pooler) keep the base model's
+    values."""
     import onnx
     import torch
     from sentence_transformers import SentenceTransformer
 
     from training.config import resolve_base_model
 
-    model_dir, out_dir = Path(model_dir), Path(out_dir)
+    model_dir = Path(model_dir)
     manifest = load_manifest(model_dir)
     variants = manifest.export.variants if manifest.export is not None else {}
     if not variants:
@@ -220,14 +228,16 @@ def recover_body(
                 )
             p.copy_(torch.from_numpy(value))
     body.eval()
-    check = _check(graph, body, manifest.max_seq_length)
+    output = manifest.export.output
+    emb, probs = _probe_outputs(
+        graph, body.tokenizer, manifest.max_seq_length, [_embedding_tensor(graph), output]
+    )
+    check = _compare_embeddings(body, emb)
     if check["min_cosine"] < MIN_COSINE:
         raise ModelError(
             f"the body read from {path.name} does not embed text as the graph does (cosine "
             f"{check['min_cosine']:.4f} < {MIN_COSINE} on {check['probe_texts']} texts): nothing written"
         )
-    out_dir.mkdir(parents=True, exist_ok=True)
-    body.save(str(out_dir))
     note = {
         "model_id": manifest.model_id,
         "variant": variant,
@@ -239,39 +249,145 @@ def recover_body(
         "kept_from_base": kept,
         **check,
     }
+    return Recovered(body, note, graph, probs)
+
+
+def recover_body(
+    model_dir: str | Path,
+    out_dir: str | Path,
+    variant: str | None = None,
+    base_model: str | None = None,
+    report: Callable[[str], None] = print,
+) -> dict:
+    """Write the body of the exported model in ``model_dir`` (``recovered_body``) to ``out_dir`` as a
+    sentence-transformers folder (what a teacher's ``checkpoint/`` holds), with ``RECOVERY_NOTE``: the
+    source graph, which weights were dequantized, and how close the recovered body's embeddings are to the
+    graph's own on ``PROBE_TEXTS``. Returns the note."""
+    rec = recovered_body(model_dir, variant, base_model)
+    note = rec.note
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rec.body.save(str(out_dir))
+    (out_dir / RECOVERY_NOTE).write_text(json.dumps(note, indent=2) + "\n", encoding="utf-8")
+    report(_recovered_line(note))
+    return note
+
+
+def recover_model(
+    model_dir: str | Path,
+    out_dir: str | Path,
+    variant: str | None = None,
+    base_model: str | None = None,
+    report: Callable[[str], None] = print,
+) -> dict:
+    """Write the exported model in ``model_dir`` to ``out_dir`` as a SetFit checkpoint: the body
+    (``recovered_body``) and the logistic head read from the graph (``graph_head``), so that
+    ``training.model.IntentModel.load(out_dir, manifest)`` gives its calibrated probabilities in PyTorch on
+    a machine that never built it (``intent-router bench speed`` times it as the SetFit reference). The
+    in-scope distance and the compound head are not recovered. The note adds how far the PyTorch model's
+    probabilities are from the graph's on ``PROBE_TEXTS``; a model whose top label differs on any of them
+    is not written. Returns the note."""
+    from setfit import SetFitModel
+    from sklearn.linear_model import LogisticRegression
+
+    from training.model import IntentModel
+
+    model_dir = Path(model_dir)
+    manifest = load_manifest(model_dir)
+    rec = recovered_body(model_dir, variant, base_model)
+    note = dict(rec.note)
+    coef, intercept, scale = graph_head(rec.graph, manifest.export.output)
+    temperature = manifest.calibration.temperature if manifest.calibration is not None else 1.0
+    if not np.isclose(scale * temperature, 1.0, rtol=1e-4):
+        raise ModelError(
+            f"the graph scales its logits by {scale:.6g} before the softmax, but the manifest's temperature "
+            f"is {temperature:.6g}: the graph and the manifest describe different models"
+        )
+    if coef.shape[0] != len(manifest.labels):
+        raise ModelError(
+            f"the graph's head has {coef.shape[0]} outputs, the manifest {len(manifest.labels)} labels"
+        )
+    head = LogisticRegression()  # fitted by the build; its coefficients come from the graph
+    head.coef_, head.intercept_ = coef.astype(np.float64), intercept.astype(np.float64)
+    head.classes_ = np.asarray(manifest.labels)
+    head.n_features_in_ = coef.shape[1]
+    setfit = SetFitModel(model_body=rec.body, model_head=head, labels=list(manifest.labels))
+    ours = IntentModel(setfit=setfit, temperature=temperature, manifest=manifest).predict_proba(PROBE_TEXTS)
+    theirs = rec.probe_probabilities
+    note["max_abs_prob_diff"] = float(np.abs(ours - theirs).max())
+    note["top1_agreement"] = float((ours.argmax(axis=1) == theirs.argmax(axis=1)).mean())
+    if note["top1_agreement"] < 1.0:
+        raise ModelError(
+            f"the PyTorch model read from {note['graph']} does not pick the graph's label on every probe text "
+            f"(agreement {note['top1_agreement']:.3f}): nothing written"
+        )
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    setfit.save_pretrained(str(out_dir))
     (out_dir / RECOVERY_NOTE).write_text(json.dumps(note, indent=2) + "\n", encoding="utf-8")
     report(
-        f"body recovered from {path.name} ({variant}{', ' + entry.recipe if entry.recipe else ''}): "
-        f"{len(tensors)} weights, {len(quantized)} dequantized; its embeddings against the graph's on "
-        f"{check['probe_texts']} texts: cosine >= {check['min_cosine']:.6f}"
+        f"{_recovered_line(note)}; probabilities against the graph's: max |dp| {note['max_abs_prob_diff']:.4f}"
     )
     return note
+
+
+def _recovered_line(note: dict) -> str:
+    recipe = f", {note['recipe']}" if note["recipe"] else ""
+    return (
+        f"body recovered from {Path(note['graph']).name} ({note['variant']}{recipe}): {note['weights']} weights, "
+        f"{note['dequantized']} dequantized; its embeddings against the graph's on {note['probe_texts']} texts: "
+        f"cosine >= {note['min_cosine']:.6f}"
+    )
+
+
+def graph_head(graph, output: str) -> tuple[np.ndarray, np.ndarray, float]:
+    """The logistic head in front of the graph's ``output`` (Softmax(scale * (x @ W + b)), as
+    training.export writes it): ``(coef (labels, width), intercept (labels,), scale)``; scale is 1 / T."""
+    made = {o: n for n in graph.graph.node for o in n.output}
+
+    def producer(name: str, op: str):
+        node = made.get(name)
+        if node is None or node.op_type != op:
+            raise ModelError(f"cannot read the head: {output!r} is not Softmax(scale * (x @ W + b))")
+        return node
+
+    softmax = producer(output, "Softmax")
+    mul = producer(softmax.input[0], "Mul")
+    scaled = [i for i in mul.input if made.get(i) is None or made[i].op_type != "Add"]
+    add = producer(next(i for i in mul.input if i not in scaled), "Add")
+    matmul = next(
+        (made[i] for i in add.input if made.get(i) is not None and made[i].op_type == "MatMul"), None
+    )
+    if matmul is None or len(scaled) != 1:
+        raise ModelError(f"cannot read the head: {output!r} is not Softmax(scale * (x @ W + b))")
+    weight = _constant(graph, matmul.input[1])
+    bias = _constant(graph, next(i for i in add.input if i != matmul.output[0]))
+    scale = float(np.asarray(_constant(graph, scaled[0])).reshape(-1)[0])
+    return weight.T.astype(np.float32), bias.reshape(-1).astype(np.float32), scale
+
+
+def _constant(graph, name: str) -> np.ndarray:
+    """An initializer or a Constant node's value."""
+    from onnx import numpy_helper
+
+    for init in graph.graph.initializer:
+        if init.name == name:
+            return numpy_helper.to_array(init)
+    for node in graph.graph.node:
+        if node.op_type == "Constant" and node.output[0] == name:
+            return numpy_helper.to_array(_attr(node, "value"))
+    raise ModelError(f"the graph's {name!r} is not a constant")
 
 
 def _check(graph, body, max_length: int) -> dict:
     """The recovered body's normalised embeddings against the graph's own (the input of its head), on
     PROBE_TEXTS: the lowest cosine, and the largest absolute difference."""
-    import onnx
-    import onnxruntime as ort
+    (theirs,) = _probe_outputs(graph, body.tokenizer, max_length, [_embedding_tensor(graph)])
+    return _compare_embeddings(body, theirs)
 
-    tensor = _embedding_tensor(graph)
-    g = onnx.ModelProto()
-    g.CopyFrom(graph)
-    g.graph.output.append(onnx.helper.make_empty_tensor_value_info(tensor))
-    with tempfile.TemporaryDirectory() as tmp:  # the graph may be over protobuf's 2 GB in-memory limit
-        probe = Path(tmp) / "probe.onnx"
-        onnx.save(g, str(probe))
-        session = ort.InferenceSession(str(probe), providers=["CPUExecutionProvider"])
-    tok = body.tokenizer
+
+def _compare_embeddings(body, theirs: np.ndarray) -> dict:
     ours = body.encode(list(PROBE_TEXTS), normalize_embeddings=True, convert_to_numpy=True)
-    theirs = []
-    for text in PROBE_TEXTS:
-        enc = tok([text], truncation=True, max_length=max_length, return_tensors="np")
-        feed = {
-            "input_ids": enc["input_ids"].astype(np.int64),
-            "attention_mask": enc["attention_mask"].astype(np.int64),
-        }
-        theirs.append(session.run([tensor], feed)[0][0])
     theirs = np.asarray(theirs, dtype=np.float32)
     theirs /= np.linalg.norm(theirs, axis=1, keepdims=True)
     cos = (ours * theirs).sum(axis=1)
@@ -280,6 +396,29 @@ def _check(graph, body, max_length: int) -> dict:
         "min_cosine": float(cos.min()),
         "max_abs_diff": float(np.abs(ours - theirs).max()),
     }
+
+
+def _probe_outputs(graph, tokenizer, max_length: int, names: Sequence[str]) -> list[np.ndarray]:
+    """The graph's tensors ``names`` (graph outputs or inner tensors) on PROBE_TEXTS, one text at a time:
+    an array per name, a row per text."""
+    import onnx
+    import onnxruntime as ort
+
+    g = onnx.ModelProto()
+    g.CopyFrom(graph)
+    outputs = {o.name for o in g.graph.output}
+    g.graph.output.extend(onnx.helper.make_empty_tensor_value_info(n) for n in names if n not in outputs)
+    with tempfile.TemporaryDirectory() as tmp:  # the graph may be over protobuf's 2 GB in-memory limit
+        probe = Path(tmp) / "probe.onnx"
+        onnx.save(g, str(probe))
+        session = ort.InferenceSession(str(probe), providers=["CPUExecutionProvider"])
+    rows: list[list[np.ndarray]] = [[] for _ in names]
+    for text in PROBE_TEXTS:
+        enc = tokenizer([text], truncation=True, max_length=max_length, return_tensors="np")
+        feed = {k: enc[k].astype(np.int64) for k in ("input_ids", "attention_mask")}
+        for k, value in enumerate(session.run(list(names), feed)):
+            rows[k].append(value[0])
+    return [np.asarray(r) for r in rows]
 
 
 def _embedding_tensor(graph) -> str:
