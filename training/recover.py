@@ -185,7 +185,9 @@ def recovered_body(
     from sentence_transformers import SentenceTransformer
 
     from training.config import resolve_base_model
+    from training.model import quiet_libraries
 
+    quiet_libraries()
     model_dir = Path(model_dir)
     manifest = load_manifest(model_dir)
     variants = manifest.export.variants if manifest.export is not None else {}
