@@ -209,3 +209,42 @@ def test_bench_speed_times_the_pytorch_model_read_back_when_no_checkpoint_ships(
     res = speed_benchmark(FAST, data, runs=1, report=said.append)
     assert not any(r["name"].startswith("setfit") for r in res["rows"])
     assert any("skipping setfit pytorch" in line and "int8 activations" in line for line in said)
+
+
+def test_the_head_is_read_as_the_export_writes_it_and_anything_else_is_refused():
+    """Softmax(scale * (x @ W + b)) gives W (as the head's (labels, width) coefficients), b and the scale,
+    whichever side of each node the operands sit on; a graph whose output is made otherwise is refused."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from router.manifest import ModelError
+    from training.recover import graph_head
+
+    rng = np.random.default_rng(0)
+    w, b = rng.normal(size=(4, 3)).astype(np.float32), rng.normal(size=3).astype(np.float32)
+
+    def graph(last: str, swap: bool):
+        nodes = [
+            helper.make_node("MatMul", ["x", "w"], ["z"]),
+            helper.make_node("Add", ["b", "z"] if swap else ["z", "b"], ["zb"]),
+            helper.make_node("Constant", [], ["s"], value=numpy_helper.from_array(np.float32(1.25), "s")),
+            helper.make_node("Mul", ["s", "zb"] if swap else ["zb", "s"], ["zs"]),
+            helper.make_node(last, ["zs"], ["probabilities"]),
+        ]
+        g = helper.make_graph(
+            nodes,
+            "head",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+            [helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, ["n", 3])],
+            [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+        )
+        return helper.make_model(g)
+
+    for swap in (False, True):
+        coef, intercept, scale = graph_head(graph("Softmax", swap), "probabilities")
+        np.testing.assert_array_equal(coef, w.T)
+        np.testing.assert_array_equal(intercept, b)
+        assert scale == 1.25
+    with pytest.raises(ModelError, match="cannot read the head"):
+        graph_head(graph("Sigmoid", False), "probabilities")
+    with pytest.raises(ModelError, match="cannot read the head"):
+        graph_head(graph("Softmax", False), "intent_scores")

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from router.manifest import ModelError, load_manifest, verify_file
+from router.manifest import Manifest, ModelError, load_manifest, verify_file
 
 # the IntentGraph's attribute that holds the transformer (training.export._graph_module): the torch names of
 # the body's parameters appear in the graph under this scope
@@ -163,10 +163,12 @@ def _dequantize_nbits(node, array) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Recovered:
-    """A body read back from a graph (``recovered_body``), the graph, and the graph's probabilities on
-    PROBE_TEXTS (the output the manifest names), which a recovered head is checked against."""
+    """A body read back from a graph (``recovered_body``), its model's manifest, the graph, and the graph's
+    probabilities on PROBE_TEXTS (the output the manifest names), which a recovered head is checked
+    against."""
 
     body: Any  # a sentence_transformers.SentenceTransformer
+    manifest: Manifest
     note: dict
     graph: Any  # an onnx.ModelProto
     probe_probabilities: np.ndarray
@@ -251,7 +253,7 @@ def recovered_body(
         "kept_from_base": kept,
         **check,
     }
-    return Recovered(body, note, graph, probs)
+    return Recovered(body, manifest, note, graph, probs)
 
 
 def recover_body(
@@ -294,10 +296,8 @@ def recover_model(
 
     from training.model import IntentModel
 
-    model_dir = Path(model_dir)
-    manifest = load_manifest(model_dir)
     rec = recovered_body(model_dir, variant, base_model)
-    note = dict(rec.note)
+    manifest, note = rec.manifest, dict(rec.note)
     coef, intercept, scale = graph_head(rec.graph, manifest.export.output)
     temperature = manifest.calibration.temperature if manifest.calibration is not None else 1.0
     if not np.isclose(scale * temperature, 1.0, rtol=1e-4):
@@ -346,26 +346,24 @@ def graph_head(graph, output: str) -> tuple[np.ndarray, np.ndarray, float]:
     """The logistic head in front of the graph's ``output`` (Softmax(scale * (x @ W + b)), as
     training.export writes it): ``(coef (labels, width), intercept (labels,), scale)``; scale is 1 / T."""
     made = {o: n for n in graph.graph.node for o in n.output}
+    shape = f"cannot read the head: {output!r} is not Softmax(scale * (x @ W + b))"
 
-    def producer(name: str, op: str):
-        node = made.get(name)
-        if node is None or node.op_type != op:
-            raise ModelError(f"cannot read the head: {output!r} is not Softmax(scale * (x @ W + b))")
-        return node
+    def operands(node, op: str):
+        """The ``op`` node that makes one input of ``node``, and the name of the other input."""
+        if node is not None and len(node.input) == 2:
+            for k, name in enumerate(node.input):
+                if name in made and made[name].op_type == op:
+                    return made[name], node.input[1 - k]
+        raise ModelError(shape)
 
-    softmax = producer(output, "Softmax")
-    mul = producer(softmax.input[0], "Mul")
-    scaled = [i for i in mul.input if made.get(i) is None or made[i].op_type != "Add"]
-    add = producer(next(i for i in mul.input if i not in scaled), "Add")
-    matmul = next(
-        (made[i] for i in add.input if made.get(i) is not None and made[i].op_type == "MatMul"), None
-    )
-    if matmul is None or len(scaled) != 1:
-        raise ModelError(f"cannot read the head: {output!r} is not Softmax(scale * (x @ W + b))")
+    softmax = made.get(output)
+    if softmax is None or softmax.op_type != "Softmax":
+        raise ModelError(shape)
+    add, scale = operands(made.get(softmax.input[0]), "Add")
+    matmul, bias = operands(add, "MatMul")
     weight = _constant(graph, matmul.input[1])
-    bias = _constant(graph, next(i for i in add.input if i != matmul.output[0]))
-    scale = float(np.asarray(_constant(graph, scaled[0])).reshape(-1)[0])
-    return weight.T.astype(np.float32), bias.reshape(-1).astype(np.float32), scale
+    factor = float(np.asarray(_constant(graph, scale)).reshape(-1)[0])
+    return weight.T.astype(np.float32), _constant(graph, bias).reshape(-1).astype(np.float32), factor
 
 
 def _constant(graph, name: str) -> np.ndarray:
