@@ -268,13 +268,9 @@ def recover_body(
     source graph, which weights were dequantized, and how close the recovered body's embeddings are to the
     graph's own on ``PROBE_TEXTS``. Returns the note."""
     rec = recovered_body(model_dir, variant, base_model)
-    note = rec.note
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    rec.body.save(str(out_dir))
-    (out_dir / RECOVERY_NOTE).write_text(json.dumps(note, indent=2) + "\n", encoding="utf-8")
-    report(_recovered_line(note))
-    return note
+    _write(out_dir, rec.body.save, rec.note)
+    report(_recovered_line(rec.note))
+    return rec.note
 
 
 def recover_model(
@@ -323,14 +319,19 @@ def recover_model(
             f"the PyTorch model read from {note['graph']} does not pick the graph's label on every probe text "
             f"(agreement {note['top1_agreement']:.3f}): nothing written"
         )
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    setfit.save_pretrained(str(out_dir))
-    (out_dir / RECOVERY_NOTE).write_text(json.dumps(note, indent=2) + "\n", encoding="utf-8")
+    _write(out_dir, setfit.save_pretrained, note)
     report(
         f"{_recovered_line(note)}; probabilities against the graph's: max |dp| {note['max_abs_prob_diff']:.4f}"
     )
     return note
+
+
+def _write(out_dir: str | Path, save: Callable[[str], object], note: dict) -> None:
+    """The recovered model, saved by ``save`` into ``out_dir``, and its ``RECOVERY_NOTE``."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    save(str(out_dir))
+    (out_dir / RECOVERY_NOTE).write_text(json.dumps(note, indent=2) + "\n", encoding="utf-8")
 
 
 def _recovered_line(note: dict) -> str:
