@@ -142,29 +142,37 @@ def test_an_exported_model_without_its_checkpoint_teaches_a_student(tiny_exporte
     assert any("body recovered from model.fp32.onnx" in line for line in lines)
 
 
-def test_the_shipped_model_comes_back_as_a_setfit_model_that_gives_the_graphs_probabilities(tmp_path):
-    """With its logistic head read from the graph too, the default model loads as a SetFit checkpoint whose
-    calibrated probabilities are the router's, up to the graph's int8 activations, on text the probe did
-    not see."""
+def test_the_shipped_model_comes_back_as_the_checkpoint_its_build_would_have_left(tmp_path):
+    """With its heads read from the graph too, the default model loads as a checkpoint whose calibrated
+    probabilities, in-scope distances and one-vs-rest intent scores are the router's, up to the graph's int8
+    activations, on text the probe did not see; and the in-scope flag and top label are the same."""
     from router.classifier import Classifier
     from router.manifest import load_manifest
     from training.model import IntentModel
     from training.recover import RECOVERY_NOTE, recover_model
 
-    note = recover_model(SHIPPED, tmp_path / "setfit", report=lambda _: None)
-    assert note["top1_agreement"] == 1.0 and note["max_abs_prob_diff"] < 0.01
+    note = recover_model(SHIPPED, tmp_path / "checkpoint", report=lambda _: None)
+    assert note["top1_agreement"] == 1.0 and note["in_scope_agreement"] == 1.0
+    assert note["max_abs_prob_diff"] < 0.01 and note["max_abs_score_diff"] < 0.01
     assert (
-        json.loads((tmp_path / "setfit" / RECOVERY_NOTE).read_text())["max_abs_prob_diff"]
+        json.loads((tmp_path / "checkpoint" / RECOVERY_NOTE).read_text())["max_abs_prob_diff"]
         == (note["max_abs_prob_diff"])
     )
     manifest = load_manifest(SHIPPED)
-    model = IntentModel.load(tmp_path / "setfit", manifest=manifest)
+    model = IntentModel.load(tmp_path / "checkpoint", manifest=manifest)
     assert model.labels == list(manifest.labels) and model.temperature == manifest.calibration.temperature
+    assert model.scope is not None and model.compound is not None
     texts = [json.loads(line)["text"] for line in (SHIPPED.parent.parent / "data" / "dev.jsonl").open()][:60]
-    ours = model.predict_proba(texts)
-    theirs = Classifier(SHIPPED).predict_proba(texts)
+    texts += ["hey there, how's your day going?", "find the q3 deck and email it to maria"]
+    ours, distance = model.predict_with_distance(texts)
+    router = Classifier(SHIPPED)
+    theirs, their_distance, their_scores, *_ = router.predict_compound(texts)
     assert (ours.argmax(axis=1) == theirs.argmax(axis=1)).all()
     assert np.abs(ours - theirs).max() < 0.1  # 0.049 on dev, test and oos.jsonl (docs/speed.md, session 34)
+    assert np.abs(distance - their_distance).max() / their_distance.max() < 0.05
+    limit = manifest.in_scope.threshold
+    assert ((distance > limit) == (their_distance > limit)).all()
+    assert np.abs(model.compound.scores(model.encode(texts)) - their_scores).max() < 0.1
 
 
 def test_a_graph_whose_head_scale_is_not_the_manifests_temperature_is_refused(tmp_path):
@@ -244,7 +252,7 @@ def test_the_head_is_read_as_the_export_writes_it_and_anything_else_is_refused()
         np.testing.assert_array_equal(coef, w.T)
         np.testing.assert_array_equal(intercept, b)
         assert scale == 1.25
-    with pytest.raises(ModelError, match="cannot read the head"):
+    with pytest.raises(ModelError, match="cannot read the graph's"):
         graph_head(graph("Sigmoid", False), "probabilities")
-    with pytest.raises(ModelError, match="cannot read the head"):
+    with pytest.raises(ModelError, match="cannot read the graph's"):
         graph_head(graph("Softmax", False), "intent_scores")

@@ -159,11 +159,12 @@ def recover_body(
     base_model: str | None = Opt(
         None, help="Architecture to load it into (default: the manifest's base model)."
     ),
-    head: bool = Opt(
+    heads: bool = Opt(
         False,
-        "--head/--body-only",
-        help="Also read the logistic head back: a SetFit checkpoint whose predict_proba, at the manifest's "
-        "temperature, gives the graph's probabilities in PyTorch.",
+        "--heads/--body-only",
+        help="Also read the heads back (logistic, in-scope distance, compound): the checkpoint the model's "
+        "build would have left, which gives the graph's outputs in PyTorch and which 'export' can export "
+        "again (put it in the model's checkpoint/).",
     ),
 ) -> None:
     """Read a trainable body back from an exported graph, for a model that ships without its checkpoint:
@@ -172,9 +173,9 @@ def recover_body(
     from training.recover import recover_body as recover
     from training.recover import recover_model
 
-    read = recover_model if head else recover
+    read = recover_model if heads else recover
     note = read(model or default_model_dir(), out, variant=variant, base_model=base_model, report=say)
-    what = "a SetFit checkpoint" if head else "the body"
+    what = "the model's checkpoint" if heads else "the body"
     console.print(
         f"wrote [bold]{out}[/] ({what}): {note['weights']} weights from {note['graph']}, {note['dequantized']} "
         f"dequantized; embeddings against the graph's: cosine >= {note['min_cosine']:.6f}"

@@ -164,14 +164,13 @@ def _dequantize_nbits(node, array) -> np.ndarray:
 @dataclass(frozen=True)
 class Recovered:
     """A body read back from a graph (``recovered_body``), its model's manifest, the graph, and the graph's
-    probabilities on PROBE_TEXTS (the output the manifest names), which a recovered head is checked
-    against."""
+    outputs on PROBE_TEXTS (those the manifest names), which recovered heads are checked against."""
 
     body: Any  # a sentence_transformers.SentenceTransformer
     manifest: Manifest
     note: dict
     graph: Any  # an onnx.ModelProto
-    probe_probabilities: np.ndarray
+    probe: dict[str, np.ndarray]  # the graph's outputs on PROBE_TEXTS, by name
 
 
 def recovered_body(
@@ -232,9 +231,10 @@ def recovered_body(
                 )
             p.copy_(torch.from_numpy(value))
     body.eval()
-    output = manifest.export.output
-    emb, probs = _probe_outputs(
-        graph, body.tokenizer, manifest.max_seq_length, [_embedding_tensor(graph), output]
+    outputs = [manifest.export.output]
+    outputs += [part.output for part in (manifest.in_scope, manifest.compound) if part is not None]
+    emb, *rows = _probe_outputs(
+        graph, body.tokenizer, manifest.max_seq_length, [_embedding_tensor(graph), *outputs]
     )
     check = _compare_embeddings(body, emb)
     if check["min_cosine"] < MIN_COSINE:
@@ -253,7 +253,7 @@ def recovered_body(
         "kept_from_base": kept,
         **check,
     }
-    return Recovered(body, manifest, note, graph, probs)
+    return Recovered(body, manifest, note, graph, dict(zip(outputs, rows, strict=True)))
 
 
 def recover_body(
@@ -280,17 +280,22 @@ def recover_model(
     base_model: str | None = None,
     report: Callable[[str], None] = print,
 ) -> dict:
-    """Write the exported model in ``model_dir`` to ``out_dir`` as a SetFit checkpoint: the body
-    (``recovered_body``) and the logistic head read from the graph (``graph_head``), so that
-    ``training.model.IntentModel.load(out_dir, manifest)`` gives its calibrated probabilities in PyTorch on
-    a machine that never built it (``intent-router bench speed`` times it as the SetFit reference). The
-    in-scope distance and the compound head are not recovered. The note adds how far the PyTorch model's
-    probabilities are from the graph's on ``PROBE_TEXTS``; a model whose top label differs on any of them
-    is not written. Returns the note."""
+    """Write the exported model in ``model_dir`` to ``out_dir`` as the checkpoint its build would have
+    left: the body (``recovered_body``), the logistic head (``graph_head``), and, when the manifest has them,
+    the in-scope distance (``graph_scope``) and the compound head (``graph_one_vs_rest``, its settings from
+    the manifest, its clause reader from the model's file). ``training.model.IntentModel.load(out_dir,
+    manifest)`` then gives the model in PyTorch on a machine that never built it: ``intent-router bench
+    speed`` times it as the SetFit reference, and ``intent-router export`` can export it again, e.g. with
+    the fp32 graph for a CPU where int8 does not pay.
+
+    It is checked on ``PROBE_TEXTS`` against the graph: every top label and in-scope flag must be the
+    graph's, or nothing is written. Returns the note, with the largest differences found."""
     from setfit import SetFitModel
     from sklearn.linear_model import LogisticRegression
 
+    from training.compound_head import CompoundHead
     from training.model import IntentModel
+    from training.scope import InScopeDistance
 
     rec = recovered_body(model_dir, variant, base_model)
     manifest, note = rec.manifest, dict(rec.note)
@@ -310,20 +315,76 @@ def recover_model(
     head.classes_ = np.asarray(manifest.labels)
     head.n_features_in_ = coef.shape[1]
     setfit = SetFitModel(model_body=rec.body, model_head=head, labels=list(manifest.labels))
-    ours = IntentModel(setfit=setfit, temperature=temperature, manifest=manifest).predict_proba(PROBE_TEXTS)
-    theirs = rec.probe_probabilities
-    note["max_abs_prob_diff"] = float(np.abs(ours - theirs).max())
-    note["top1_agreement"] = float((ours.argmax(axis=1) == theirs.argmax(axis=1)).mean())
-    if note["top1_agreement"] < 1.0:
-        raise ModelError(
-            f"the PyTorch model read from {note['graph']} does not pick the graph's label on every probe text "
-            f"(agreement {note['top1_agreement']:.3f}): nothing written"
+    model = IntentModel(setfit=setfit, temperature=temperature, manifest=manifest)
+    if manifest.in_scope is not None:
+        spec = manifest.in_scope
+        factor, centres = graph_scope(rec.graph, spec.output)
+        if centres.shape[0] != len(spec.classes):
+            raise ModelError(
+                f"the graph's in-scope distance has {centres.shape[0]} classes, the manifest {len(spec.classes)}"
+            )
+        means = np.linalg.solve(factor.T, centres.T).T  # centres = means @ factor
+        model.scope = InScopeDistance(
+            list(spec.classes), means, factor, spec.shrinkage, threshold=spec.threshold, keep=spec.keep
         )
-    _write(out_dir, setfit.save_pretrained, note)
+    if manifest.compound is not None:
+        spec = manifest.compound
+        ovr, ovr_bias = graph_one_vs_rest(rec.graph, spec.output)
+        reader = {}
+        if spec.reader is not None:
+            if spec.reader.file is None:
+                raise ModelError(f"{model_dir}: the manifest's clause reader has no head file")
+            z = np.load(verify_file(Path(model_dir), spec.reader.file))
+            reader = dict(
+                reader_layers=list(spec.reader.layers), reader_coef=z["coef"], reader_intercept=z["intercept"]
+            )
+        model.compound = CompoundHead(
+            intents=list(spec.intents),
+            coef=ovr,
+            intercept=ovr_bias,
+            weights=list(spec.weights),
+            bias=spec.bias,
+            primary_order=dict(spec.primary_order),
+            clause_min=spec.clause_min,
+            threshold=spec.threshold,
+            whole_threshold=spec.whole_threshold,
+            max_single_compound=spec.max_single_compound,
+            **reader,
+        )
+    note.update(_compare_heads(model, rec))
+    if note["top1_agreement"] < 1.0 or note.get("in_scope_agreement", 1.0) < 1.0:
+        raise ModelError(
+            f"the PyTorch model read from {note['graph']} does not give the graph's top label and in-scope "
+            f"flag on every probe text (agreement {note['top1_agreement']:.3f} / "
+            f"{note.get('in_scope_agreement', 1.0):.3f}): nothing written"
+        )
+    _write(out_dir, model.save, note)
     report(
         f"{_recovered_line(note)}; probabilities against the graph's: max |dp| {note['max_abs_prob_diff']:.4f}"
     )
     return note
+
+
+def _compare_heads(model, rec: Recovered) -> dict:
+    """The recovered model's heads against the graph's outputs on PROBE_TEXTS."""
+    manifest = rec.manifest
+    emb = model.encode(PROBE_TEXTS)
+    ours = model.predict_proba(PROBE_TEXTS)
+    theirs = rec.probe[manifest.export.output]
+    out = {
+        "max_abs_prob_diff": float(np.abs(ours - theirs).max()),
+        "top1_agreement": float((ours.argmax(axis=1) == theirs.argmax(axis=1)).mean()),
+    }
+    if model.scope is not None:
+        d, g = model.scope.distance(emb), rec.probe[manifest.in_scope.output]
+        limit = manifest.in_scope.threshold
+        out["max_rel_distance_diff"] = float((np.abs(d - g) / np.maximum(np.abs(g), 1e-9)).max())
+        out["in_scope_agreement"] = float(((d > limit) == (g > limit)).mean())
+    if model.compound is not None:
+        out["max_abs_score_diff"] = float(
+            np.abs(model.compound.scores(emb) - rec.probe[manifest.compound.output]).max()
+        )
+    return out
 
 
 def _write(out_dir: str | Path, save: Callable[[str], object], note: dict) -> None:
@@ -343,28 +404,65 @@ def _recovered_line(note: dict) -> str:
     )
 
 
-def graph_head(graph, output: str) -> tuple[np.ndarray, np.ndarray, float]:
-    """The logistic head in front of the graph's ``output`` (Softmax(scale * (x @ W + b)), as
-    training.export writes it): ``(coef (labels, width), intercept (labels,), scale)``; scale is 1 / T."""
-    made = {o: n for n in graph.graph.node for o in n.output}
-    shape = f"cannot read the head: {output!r} is not Softmax(scale * (x @ W + b))"
+class _Walk:
+    """Reads a head back from the graph, node by node from its output, in the form training.export writes
+    it; any other form is refused with ``shape`` named."""
 
-    def operands(node, op: str):
+    def __init__(self, graph, output: str, shape: str):
+        self.graph = graph
+        self.made = {o: n for n in graph.graph.node for o in n.output}
+        self.error = f"cannot read the graph's {output!r}: it is not {shape}"
+
+    def node(self, name: str, op: str):
+        node = self.made.get(name)
+        if node is None or node.op_type != op:
+            raise ModelError(self.error)
+        return node
+
+    def operands(self, node, op: str):
         """The ``op`` node that makes one input of ``node``, and the name of the other input."""
-        if node is not None and len(node.input) == 2:
+        if len(node.input) == 2:
             for k, name in enumerate(node.input):
-                if name in made and made[name].op_type == op:
-                    return made[name], node.input[1 - k]
-        raise ModelError(shape)
+                if name in self.made and self.made[name].op_type == op:
+                    return self.made[name], node.input[1 - k]
+        raise ModelError(self.error)
 
-    softmax = made.get(output)
-    if softmax is None or softmax.op_type != "Softmax":
-        raise ModelError(shape)
-    add, scale = operands(made.get(softmax.input[0]), "Add")
-    matmul, bias = operands(add, "MatMul")
-    weight = _constant(graph, matmul.input[1])
-    factor = float(np.asarray(_constant(graph, scale)).reshape(-1)[0])
-    return weight.T.astype(np.float32), _constant(graph, bias).reshape(-1).astype(np.float32), factor
+    def constant(self, name: str) -> np.ndarray:
+        return _constant(self.graph, name)
+
+
+def graph_head(graph, output: str) -> tuple[np.ndarray, np.ndarray, float]:
+    """The logistic head in front of the graph's ``output``, Softmax(scale * (x @ W + b)): ``(coef (labels,
+    width), intercept (labels,), scale)``; scale is 1 / T."""
+    walk = _Walk(graph, output, "Softmax(scale * (x @ W + b))")
+    add, scale = walk.operands(walk.node(walk.node(output, "Softmax").input[0], "Mul"), "Add")
+    matmul, bias = walk.operands(add, "MatMul")
+    factor = float(np.asarray(walk.constant(scale)).reshape(-1)[0])
+    coef = walk.constant(matmul.input[1]).T.astype(np.float32)
+    return coef, walk.constant(bias).reshape(-1).astype(np.float32), factor
+
+
+def graph_scope(graph, output: str) -> tuple[np.ndarray, np.ndarray]:
+    """The in-scope distance the graph computes as ``output``, the smallest over the classes of
+    ||x @ F - C||^2: ``(factor F (width, width), centres C (classes, width))``, C being the class means
+    times F."""
+    walk = _Walk(graph, output, "ReduceMin(ReduceSum((x @ F - C) ** 2))")
+    power = walk.node(walk.node(walk.node(output, "ReduceMin").input[0], "ReduceSum").input[0], "Pow")
+    if float(np.asarray(walk.constant(power.input[1])).reshape(-1)[0]) != 2.0:
+        raise ModelError(walk.error)
+    sub = walk.node(power.input[0], "Sub")
+    matmul = walk.node(walk.node(sub.input[0], "Unsqueeze").input[0], "MatMul")
+    factor = walk.constant(matmul.input[1]).astype(np.float64)
+    return factor, walk.constant(sub.input[1]).astype(np.float64).reshape(-1, factor.shape[1])
+
+
+def graph_one_vs_rest(graph, output: str) -> tuple[np.ndarray, np.ndarray]:
+    """The compound head's one-vs-rest scores the graph computes as ``output``, Sigmoid(x @ W + b):
+    ``(coef (intents, width), intercept (intents,))``."""
+    walk = _Walk(graph, output, "Sigmoid(x @ W + b)")
+    matmul, bias = walk.operands(walk.node(walk.node(output, "Sigmoid").input[0], "Add"), "MatMul")
+    coef = walk.constant(matmul.input[1]).T.astype(np.float32)
+    return coef, walk.constant(bias).reshape(-1).astype(np.float32)
 
 
 def _constant(graph, name: str) -> np.ndarray:
