@@ -256,3 +256,31 @@ def test_the_head_is_read_as_the_export_writes_it_and_anything_else_is_refused()
         graph_head(graph("Sigmoid", False), "probabilities")
     with pytest.raises(ModelError, match="cannot read the graph's"):
         graph_head(graph("Softmax", False), "intent_scores")
+
+
+@pytest.mark.slow
+def test_the_shipped_model_read_back_exports_to_the_same_int8_graph_and_an_fp32_one(tmp_path):
+    """A copy of the default model with its checkpoint read back from model.int8.onnx exports again: through
+    the shipped recipe to the very same int8 graph (8-bit blocks quantize to themselves), and to an fp32 graph
+    that picks the shipped graph's top label, for a CPU where int8 does not pay."""
+    import hashlib
+    import shutil
+
+    from router.classifier import Classifier
+    from training.export import export_model
+    from training.recover import recover_model
+
+    copy = tmp_path / "model"
+    shutil.copytree(SHIPPED, copy, ignore=shutil.ignore_patterns("checkpoint"))
+    recover_model(copy, copy / "checkpoint", report=lambda _: None)
+    texts = [json.loads(line)["text"] for line in (SHIPPED.parent.parent / "data" / "test.jsonl").open()][:48]
+    manifest = export_model(copy, parity_texts=texts, recipes=("fused-nbits8-b32",), report=lambda _: None)
+    assert manifest.export.variants["int8"].recipe == "fused-nbits8-b32"
+
+    def sha(path):
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+
+    assert sha(copy / "model.int8.onnx") == sha(SHIPPED / "model.int8.onnx")
+    shipped = Classifier(SHIPPED).predict(texts)[0]
+    fp32 = Classifier(copy, variant="fp32").predict(texts)[0]
+    assert (fp32.argmax(axis=1) == shipped.argmax(axis=1)).all() and np.abs(fp32 - shipped).max() < 0.1
