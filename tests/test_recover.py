@@ -149,7 +149,8 @@ def test_the_shipped_model_comes_back_as_the_checkpoint_its_build_would_have_lef
     from router.classifier import Classifier
     from router.manifest import load_manifest
     from training.model import IntentModel
-    from training.recover import RECOVERY_NOTE, recover_model
+    from training.readback import recover_model
+    from training.recover import RECOVERY_NOTE
 
     note = recover_model(SHIPPED, tmp_path / "checkpoint", report=lambda _: None)
     assert note["top1_agreement"] == 1.0 and note["in_scope_agreement"] == 1.0
@@ -183,7 +184,8 @@ def test_a_graph_whose_head_scale_is_not_the_manifests_temperature_is_refused(tm
     import onnx
 
     from router.manifest import ModelError
-    from training.recover import graph_head, recover_model
+    from training.readback import recover_model
+    from training.recover import graph_head
 
     scale = graph_head(onnx.load(str(SHIPPED / "model.int8.onnx")), "probabilities")[2]
     copy = tmp_path / "model"
@@ -268,7 +270,7 @@ def test_the_shipped_model_read_back_exports_to_the_same_int8_graph_and_an_fp32_
 
     from router.classifier import Classifier
     from training.export import export_model
-    from training.recover import recover_model
+    from training.readback import recover_model
 
     copy = tmp_path / "model"
     shutil.copytree(SHIPPED, copy, ignore=shutil.ignore_patterns("checkpoint"))

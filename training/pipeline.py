@@ -166,7 +166,7 @@ def _torch_reference(model: Path, workdir: Path, report: Reporter):
     ckpt = checkpoint_of(model, manifest)
     name = "setfit pytorch predict_proba"
     if not ckpt.is_dir():
-        from training.recover import recover_model
+        from training.readback import recover_model
 
         report(f"no checkpoint at {ckpt}: reading the PyTorch model back from {model}'s graph")
         ckpt = workdir / "recovered"

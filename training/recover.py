@@ -8,6 +8,9 @@ scale. ``recover_body`` reads them back into the base model's architecture, dequ
 quantized, so the recovered body computes what the graph's weights compute. It is the graph's body, not
 the checkpoint's: a quantized weight comes back within half a quantization step of the original.
 
+The heads' weights are read the same way (``graph_head``, ``graph_scope``, ``graph_one_vs_rest``);
+training.readback puts body and heads together as the whole model.
+
 Graphs whose encoder runs int8 activations through MatMulInteger or QAttention (the ``rowscaled-int8``
 recipes, used by students) are refused: a teacher ships through the weight-only recipes.
 """
@@ -186,9 +189,7 @@ def recovered_body(
     from sentence_transformers import SentenceTransformer
 
     from training.config import resolve_base_model
-    from training.model import quiet_libraries
 
-    quiet_libraries()
     model_dir = Path(model_dir)
     manifest = load_manifest(model_dir)
     variants = manifest.export.variants if manifest.export is not None else {}
@@ -268,126 +269,12 @@ def recover_body(
     source graph, which weights were dequantized, and how close the recovered body's embeddings are to the
     graph's own on ``PROBE_TEXTS``. Returns the note."""
     rec = recovered_body(model_dir, variant, base_model)
-    _write(out_dir, rec.body.save, rec.note)
-    report(_recovered_line(rec.note))
+    write_recovered(out_dir, rec.body.save, rec.note)
+    report(recovered_line(rec.note))
     return rec.note
 
 
-def recover_model(
-    model_dir: str | Path,
-    out_dir: str | Path,
-    variant: str | None = None,
-    base_model: str | None = None,
-    report: Callable[[str], None] = print,
-) -> dict:
-    """Write the exported model in ``model_dir`` to ``out_dir`` as the checkpoint its build would have
-    left: the body (``recovered_body``), the logistic head (``graph_head``), and, when the manifest has them,
-    the in-scope distance (``graph_scope``) and the compound head (``graph_one_vs_rest``, its settings from
-    the manifest, its clause reader from the model's file). ``training.model.IntentModel.load(out_dir,
-    manifest)`` then gives the model in PyTorch on a machine that never built it: ``intent-router bench
-    speed`` times it as the SetFit reference, and ``intent-router export`` can export it again, e.g. with
-    the fp32 graph for a CPU where int8 does not pay.
-
-    It is checked on ``PROBE_TEXTS`` against the graph: every top label and in-scope flag must be the
-    graph's, or nothing is written. Returns the note, with the largest differences found."""
-    from setfit import SetFitModel
-    from sklearn.linear_model import LogisticRegression
-
-    from training.compound_head import CompoundHead
-    from training.model import IntentModel
-    from training.scope import InScopeDistance
-
-    rec = recovered_body(model_dir, variant, base_model)
-    manifest, note = rec.manifest, dict(rec.note)
-    coef, intercept, scale = graph_head(rec.graph, manifest.export.output)
-    temperature = manifest.calibration.temperature if manifest.calibration is not None else 1.0
-    if not np.isclose(scale * temperature, 1.0, rtol=1e-4):
-        raise ModelError(
-            f"the graph scales its logits by {scale:.6g} before the softmax, but the manifest's temperature "
-            f"is {temperature:.6g}: the graph and the manifest describe different models"
-        )
-    if coef.shape[0] != len(manifest.labels):
-        raise ModelError(
-            f"the graph's head has {coef.shape[0]} outputs, the manifest {len(manifest.labels)} labels"
-        )
-    head = LogisticRegression()  # fitted by the build; its coefficients come from the graph
-    head.coef_, head.intercept_ = coef.astype(np.float64), intercept.astype(np.float64)
-    head.classes_ = np.asarray(manifest.labels)
-    head.n_features_in_ = coef.shape[1]
-    setfit = SetFitModel(model_body=rec.body, model_head=head, labels=list(manifest.labels))
-    model = IntentModel(setfit=setfit, temperature=temperature, manifest=manifest)
-    if manifest.in_scope is not None:
-        spec = manifest.in_scope
-        factor, centres = graph_scope(rec.graph, spec.output)
-        if centres.shape[0] != len(spec.classes):
-            raise ModelError(
-                f"the graph's in-scope distance has {centres.shape[0]} classes, the manifest {len(spec.classes)}"
-            )
-        means = np.linalg.solve(factor.T, centres.T).T  # centres = means @ factor
-        model.scope = InScopeDistance(
-            list(spec.classes), means, factor, spec.shrinkage, threshold=spec.threshold, keep=spec.keep
-        )
-    if manifest.compound is not None:
-        spec = manifest.compound
-        ovr, ovr_bias = graph_one_vs_rest(rec.graph, spec.output)
-        reader = {}
-        if spec.reader is not None:
-            if spec.reader.file is None:
-                raise ModelError(f"{model_dir}: the manifest's clause reader has no head file")
-            z = np.load(verify_file(Path(model_dir), spec.reader.file))
-            reader = dict(
-                reader_layers=list(spec.reader.layers), reader_coef=z["coef"], reader_intercept=z["intercept"]
-            )
-        model.compound = CompoundHead(
-            intents=list(spec.intents),
-            coef=ovr,
-            intercept=ovr_bias,
-            weights=list(spec.weights),
-            bias=spec.bias,
-            primary_order=dict(spec.primary_order),
-            clause_min=spec.clause_min,
-            threshold=spec.threshold,
-            whole_threshold=spec.whole_threshold,
-            max_single_compound=spec.max_single_compound,
-            **reader,
-        )
-    note.update(_compare_heads(model, rec))
-    if note["top1_agreement"] < 1.0 or note.get("in_scope_agreement", 1.0) < 1.0:
-        raise ModelError(
-            f"the PyTorch model read from {note['graph']} does not give the graph's top label and in-scope "
-            f"flag on every probe text (agreement {note['top1_agreement']:.3f} / "
-            f"{note.get('in_scope_agreement', 1.0):.3f}): nothing written"
-        )
-    _write(out_dir, model.save, note)
-    report(
-        f"{_recovered_line(note)}; probabilities against the graph's: max |dp| {note['max_abs_prob_diff']:.4f}"
-    )
-    return note
-
-
-def _compare_heads(model, rec: Recovered) -> dict:
-    """The recovered model's heads against the graph's outputs on PROBE_TEXTS."""
-    manifest = rec.manifest
-    emb = model.encode(PROBE_TEXTS)
-    ours = model.predict_proba(PROBE_TEXTS)
-    theirs = rec.probe[manifest.export.output]
-    out = {
-        "max_abs_prob_diff": float(np.abs(ours - theirs).max()),
-        "top1_agreement": float((ours.argmax(axis=1) == theirs.argmax(axis=1)).mean()),
-    }
-    if model.scope is not None:
-        d, g = model.scope.distance(emb), rec.probe[manifest.in_scope.output]
-        limit = manifest.in_scope.threshold
-        out["max_rel_distance_diff"] = float((np.abs(d - g) / np.maximum(np.abs(g), 1e-9)).max())
-        out["in_scope_agreement"] = float(((d > limit) == (g > limit)).mean())
-    if model.compound is not None:
-        out["max_abs_score_diff"] = float(
-            np.abs(model.compound.scores(emb) - rec.probe[manifest.compound.output]).max()
-        )
-    return out
-
-
-def _write(out_dir: str | Path, save: Callable[[str], object], note: dict) -> None:
+def write_recovered(out_dir: str | Path, save: Callable[[str], object], note: dict) -> None:
     """The recovered model, saved by ``save`` into ``out_dir``, and its ``RECOVERY_NOTE``."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -395,7 +282,7 @@ def _write(out_dir: str | Path, save: Callable[[str], object], note: dict) -> No
     (out_dir / RECOVERY_NOTE).write_text(json.dumps(note, indent=2) + "\n", encoding="utf-8")
 
 
-def _recovered_line(note: dict) -> str:
+def recovered_line(note: dict) -> str:
     recipe = f", {note['recipe']}" if note["recipe"] else ""
     return (
         f"body recovered from {Path(note['graph']).name} ({note['variant']}{recipe}): {note['weights']} weights, "
