@@ -14,3 +14,17 @@ def softmax_weights(head) -> tuple[np.ndarray, np.ndarray]:
         coef = np.vstack([np.zeros_like(coef), coef])
         intercept = np.concatenate([np.zeros(1, dtype=np.float32), intercept])
     return coef, intercept
+
+
+def head_from_softmax_weights(coef: np.ndarray, intercept: np.ndarray, labels) -> object:
+    """A scikit-learn logistic head that gives ``softmax_weights``' logits back (one row per label, in
+    ``labels`` order, which must be sorted as scikit-learn's ``classes_`` are): the head of a model read
+    back from its graph (training.readback), whose build fitted it."""
+    from sklearn.linear_model import LogisticRegression
+
+    head = LogisticRegression()
+    head.coef_ = np.asarray(coef, dtype=np.float64)
+    head.intercept_ = np.asarray(intercept, dtype=np.float64).reshape(-1)
+    head.classes_ = np.asarray(labels)
+    head.n_features_in_ = head.coef_.shape[1]
+    return head

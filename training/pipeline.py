@@ -125,7 +125,7 @@ def speed_benchmark(
     ``compare``, on the first ``limit`` messages of ``data``; with ``out``, also write the results as JSON.
 
     The PyTorch row is ``reference``'s SetFit model (default: ``model``'s): its checkpoint, or, for an
-    exported model that ships without one, the model read back from its graph (training.recover), so that
+    exported model that ships without one, the model read back from its graph (training.readback), so that
     the ratio to SetFit can be measured on any machine. A model whose graph runs int8 activations (the fast
     student) cannot be read back: name the default model as the reference."""
     from eval.bench_speed import run_speed_benchmark

@@ -45,9 +45,9 @@ def recover_model(
     It is checked on ``PROBE_TEXTS`` against the graph: every top label and in-scope flag must be the
     graph's, or nothing is written. Returns the note, with the largest differences found."""
     from setfit import SetFitModel
-    from sklearn.linear_model import LogisticRegression
 
     from training.compound_head import CompoundHead
+    from training.head import head_from_softmax_weights
     from training.model import IntentModel, quiet_libraries
     from training.scope import InScopeDistance
 
@@ -65,10 +65,7 @@ def recover_model(
         raise ModelError(
             f"the graph's head has {coef.shape[0]} outputs, the manifest {len(manifest.labels)} labels"
         )
-    head = LogisticRegression()  # fitted by the build; its coefficients come from the graph
-    head.coef_, head.intercept_ = coef.astype(np.float64), intercept.astype(np.float64)
-    head.classes_ = np.asarray(manifest.labels)
-    head.n_features_in_ = coef.shape[1]
+    head = head_from_softmax_weights(coef, intercept, manifest.labels)
     setfit = SetFitModel(model_body=rec.body, model_head=head, labels=list(manifest.labels))
     model = IntentModel(setfit=setfit, temperature=temperature, manifest=manifest)
     if manifest.in_scope is not None:
