@@ -28,6 +28,8 @@ class ReasonCode(str, Enum):
     CONFIDENT_COMPOUND = (
         "confident_compound"  # two requested intents are sure enough together (router.compound)
     )
+    FOLLOW_UP_IN_CONTEXT = "follow_up"  # a continuation, read in context: the conversation's intents
+    NEEDS_CONTEXT = "needs_context"  # a continuation with no previous turn to read it with: no skill
 
 
 class RankedIntent(BaseModel):
@@ -91,8 +93,14 @@ class Decision(BaseModel):
         default_factory=list,
         description="Every intent routed, primary first; skills are the union of theirs. Empty when intent is None.",
     )
+    conversation_intents: list[Intent] = Field(
+        default_factory=list,
+        description="The intents of the conversation after this turn: what a continuation of it takes. "
+        "This turn's intents, or, for a turn without any (small talk, a fallback), the previous turn's.",
+    )
     confidence: float | None = Field(
-        description="Calibrated probability of the classifier's top label (an intent, or out of scope)."
+        description="Calibrated probability of the classifier's top label (an intent, out of scope, or a "
+        "continuation of the previous turn)."
     )
     ranking: list[RankedIntent] = Field(
         default_factory=list, description="The five intents by calibrated probability."

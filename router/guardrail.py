@@ -61,3 +61,16 @@ def low_signal_reason(text: str) -> str | None:
 
 def _short_without_vowel(word: str) -> bool:
     return len(word) < 4 and not any(c in _VOWELS for c in word.lower())
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def repair_text(text: str) -> tuple[str, int]:
+    """Lone UTF-16 surrogates (a JSON client can send "\\ud800") -> U+FFFD; a valid surrogate pair is
+    joined into its character. Returns the text and how many code points were replaced or joined."""
+    n = len(_SURROGATE.findall(text))
+    if not n:
+        return text, 0
+    fixed = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return fixed, n

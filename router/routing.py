@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from router import env as envvars
 from router.classifier import Classification, Classifier
-from router.compound import compound_confidence, merge_skills
+from router.compound import compound_confidence
 from router.config import RouterConfig, validate_threshold
+from router.conversation import (
+    carried_intents,
+    is_continuation,
+    knows_continuations,
+    leans_to_continuation,
+    resolve_context,
+)
 from router.decision import Decision, ReasonCode
-from router.guardrail import low_signal_reason
-from router.intents import INTENTS, LABELS, OUT_OF_SCOPE
-from router.rbac import grant_skills
-from router.verifier import Verifier, VerifierError, VerifierUnavailable
+from router.grants import SkillGrants
+from router.guardrail import low_signal_reason, repair_text
+from router.intents import LABELS, OUT_OF_SCOPE, RESERVED
+from router.steps import compound_step, ranking, step
+from router.verifier import Verifier
+from router.verifier.stage import verify_stage
 
 MODEL_ENV = "INTENT_ROUTER_MODEL"
 SHIPPED_MODEL = Path(__file__).resolve().parent.parent / "models" / "intent-minilm"  # source checkout
@@ -35,23 +42,9 @@ def default_model_dir() -> Path:
     return INSTALLED_MODEL
 
 
-@dataclass(frozen=True)
-class _Grant:
-    """What one role gets for one set of intents; ``denied`` holds DeniedSkill dicts, validated with each
-    Decision (so no two decisions share a list)."""
-
-    required: tuple[str, ...]
-    optional: tuple[str, ...]
-    denied: tuple[dict, ...]
-    servable: bool
-    requires_confirmation: bool
-    context_budget: int
-    message: str
-
-
 class Router:
     """Routes messages to intents and skills. Thread-safe: it holds no per-request state. It reads its
-    config's skills and roles once per role and intents (``_grant``): for another config, build another
+    config's skills and roles once per role and intents (router.grants): for another config, build another
     Router."""
 
     def __init__(
@@ -65,10 +58,11 @@ class Router:
         self.config = config or RouterConfig.load()
         self.threshold = validate_threshold(threshold if threshold is not None else self.config.threshold)
         self.verifier = verifier
-        self._grants: dict[tuple[str, tuple[str, ...]], _Grant] = {}  # _grant's, by role and intents
+        self._grants = SkillGrants(self.config)
         unknown = set(classifier.labels) - set(LABELS)
         if unknown:
             raise ValueError(f"the model predicts labels the router does not know: {sorted(unknown)}")
+        self.conversational = knows_continuations(classifier.labels)
 
     @classmethod
     def load(
@@ -85,13 +79,25 @@ class Router:
         return cls(clf, cfg, verifier=verifier, threshold=threshold)
 
     # ------------------------------------------------------------------------------------ route
-    def route(self, text: str, role: str, previous: Decision | None = None) -> Decision:
-        return self.route_batch([text], role, previous=previous)[0]
+    def route(
+        self, text: str, role: str, previous: Decision | None = None, context: str | None = None
+    ) -> Decision:
+        """Route one message. In a conversation, pass the previous turn: its Decision (``previous``), or,
+        when the caller keeps no decisions, its message (``context``); a continuation ("same for
+        staging", "yes, do it") then takes the conversation's intents (router.conversation)."""
+        return self.route_batch([text], role, previous=previous, context=context)[0]
 
     def route_batch(
-        self, texts: Sequence[str], role: str, previous: Decision | None = None
+        self,
+        texts: Sequence[str],
+        role: str,
+        previous: Decision | None = None,
+        context: str | None = None,
     ) -> list[Decision]:
-        """Route many messages; the classifier runs once over all that pass the guardrail."""
+        """Route many messages, each read after the same previous turn when one is given; the classifier
+        runs once over all that pass the guardrail."""
+        if context is not None and not isinstance(context, str):
+            raise TypeError(f"context must be the previous message as a str, got {type(context).__name__}")
         if isinstance(texts, str):
             raise TypeError("route_batch takes a sequence of strings; use route(text, role) for one message")
         if not isinstance(role, str):
@@ -125,11 +131,11 @@ class Router:
         for i, (text, info, _, repaired) in enumerate(prepared):
             t_msg = time.perf_counter()
             if i in invalid:
-                d = self._invalid(role, info, invalid[i])
+                d = self._invalid(role, info, invalid[i], previous)
             elif i in low:
-                d = self._guardrail(role, info, low[i])
+                d = self._guardrail(role, info, low[i], previous)
             else:
-                d = self._decide(text, role, info, results[i], previous)
+                d = self._decide(text, role, info, results[i], previous, context)
             if repaired:
                 d.trace[0].detail["repaired_surrogates"] = repaired
             d.latency.total_ms = round(shared_ms + (time.perf_counter() - t_msg) * 1000, 4)
@@ -156,18 +162,30 @@ class Router:
         return results, failed
 
     # ---------------------------------------------------------------------------------- stages
-    # The stages build the Decision's parts as plain dicts and lists (InputInfo, Latency, Scope, TraceStep,
-    # RankedIntent) and validate them once, with the Decision: one call into pydantic-core instead of about
-    # fifteen model constructors a message (docs/speed.md, session 29).
+    # The stages build the Decision's parts as plain dicts (router.steps) and validate them once.
     def _skill_free(
-        self, role, info, reason, source, servable, message, trace, c=None, scope=None, latency=None
+        self,
+        role,
+        info,
+        reason,
+        source,
+        servable,
+        message,
+        trace,
+        c=None,
+        scope=None,
+        latency=None,
+        previous=None,
     ):
-        """A decision that loads no skill: invalid input, low signal, out of scope."""
+        """A decision that loads no skill: invalid input, low signal, out of scope, a continuation with no
+        context. It keeps the previous turn's conversation intents, so a continuation after small talk
+        still finds them."""
         return Decision.model_validate(
             dict(
                 intent=None,
+                conversation_intents=carried_intents(previous),
                 confidence=c.confidence if c is not None else None,
-                ranking=_ranking(c) if c is not None else [],
+                ranking=ranking(c) if c is not None else [],
                 scope=scope,
                 source=source,
                 reason_code=reason,
@@ -183,71 +201,137 @@ class Router:
             )
         )
 
-    def _invalid(self, role: str, info: dict, why: str) -> Decision:
-        trace = [_step("guardrail", "invalid_input", {"why": why})]
+    def _invalid(self, role: str, info: dict, why: str, previous: Decision | None) -> Decision:
+        trace = [step("guardrail", "invalid_input", {"why": why})]
         message = f"invalid input ({why}): nothing was routed"
-        return self._skill_free(role, info, ReasonCode.INVALID_INPUT, "guardrail", False, message, trace)
+        return self._skill_free(
+            role, info, ReasonCode.INVALID_INPUT, "guardrail", False, message, trace, previous=previous
+        )
 
-    def _guardrail(self, role: str, info: dict, why: str) -> Decision:
-        trace = [_step("guardrail", "low_signal", {"why": why})]
+    def _guardrail(self, role: str, info: dict, why: str, previous: Decision | None) -> Decision:
+        trace = [step("guardrail", "low_signal", {"why": why})]
         message = f"low-signal input ({why}): no skills are loaded; ask the user what they need"
-        return self._skill_free(role, info, ReasonCode.LOW_SIGNAL, "guardrail", True, message, trace)
+        return self._skill_free(
+            role, info, ReasonCode.LOW_SIGNAL, "guardrail", True, message, trace, previous=previous
+        )
 
     def _decide(
-        self, text: str, role: str, info: dict, c: Classification, previous: Decision | None
+        self,
+        text: str,
+        role: str,
+        info: dict,
+        c: Classification,
+        previous: Decision | None,
+        context: str | None = None,
     ) -> Decision:
         info["truncated_tokens"] = c.truncated
         detail = {"label": c.label, "confidence": round(c.confidence, 6), "tokens": c.num_tokens}
         trace = [
-            _step("guardrail", "pass"),
-            _step("classifier", "ok", detail, round(c.tokenize_ms + c.inference_ms, 4)),
+            step("guardrail", "pass"),
+            step("classifier", "ok", detail, round(c.tokenize_ms + c.inference_ms, 4)),
         ]
         latency = {"tokenize_ms": round(c.tokenize_ms, 4), "inference_ms": round(c.inference_ms, 4)}
         scope = self._scope(c)
         signals = scope["signals"]
-        follow_up = previous is not None and previous.intent is not None
+        turn = (previous, context, role)  # what a continuation is read with (router.conversation)
+        if self.conversational:
+            if is_continuation(c.label, c.confidence, self.threshold):
+                return self._continuation(c, scope, turn, info, latency, trace)
+            # small talk is out of scope whatever came before; an unsure message may still continue
+            follow_up = (previous is not None or bool(context)) and leans_to_continuation(c.ranking)
+            out_of_scope = bool(signals)
+        else:  # a model without the label: out of scope or unsure right after a turn may continue it
+            follow_up = previous is not None and previous.intent is not None
+            out_of_scope = bool(signals) and not follow_up
         intent: str | None
-        if signals and not follow_up:
-            trace.append(_step("scope", "out_of_scope", {"signals": signals}))
-            return self._out_of_scope(c, scope, "classifier", role, info, latency, trace)
+        if out_of_scope:
+            trace.append(step("scope", "out_of_scope", {"signals": signals}))
+            return self._out_of_scope(c, scope, "classifier", role, info, latency, trace, previous)
         primary = c.intents[0] if c.intents else c.label  # a compound request: its end goal first
         secondary = c.intents[1] if len(c.intents) > 1 else None
         probs = dict(c.ranking)
         pair = compound_confidence(probs, c.intents, c.clauses)
-        if not signals and (c.confidence >= self.threshold or pair >= self.threshold):
+        sure = c.confidence >= self.threshold or pair >= self.threshold
+        if not signals and primary not in RESERVED and sure:
             detail = {"threshold": self.threshold}
             reason = ReasonCode.CONFIDENT
             if c.confidence < self.threshold:  # unsure only between the two intents the message asks for
                 detail["pair_confidence"] = round(pair, 6)
                 reason = ReasonCode.CONFIDENT_COMPOUND
-            trace.append(_step("threshold", "accepted", detail))
+            trace.append(step("threshold", "accepted", detail))
             intent, source = primary, "classifier"
             if c.intent_scores is not None:
-                trace.append(_compound_step(c))
+                trace.append(compound_step(c))
         else:  # unsure, or out of scope right after a turn it may continue ("yes", "and for next week?")
             status = "out_of_scope_follow_up" if signals else "below"
-            trace.append(_step("threshold", status, {"threshold": self.threshold}))
-            intent, source, reason, secondary = self._verify(text, c, previous, trace, latency)
+            trace.append(step("threshold", status, {"threshold": self.threshold}))
+            intent, source, reason, secondary = verify_stage(
+                self.verifier, text, c, turn, trace, latency, lambda: self._context(turn)
+            )
             if reason == ReasonCode.OUT_OF_SCOPE:
                 signals.append("verifier")
-                return self._out_of_scope(c, scope, "verifier", role, info, latency, trace)
+                return self._out_of_scope(c, scope, "verifier", role, info, latency, trace, previous)
             if intent is None and follow_up:
-                trace.append(_step("follow_up", "kept_previous", {"intent": previous.intent.value}))
-                intent, source, reason = previous.intent.value, "fallback", ReasonCode.FOLLOW_UP_UNVERIFIED
-                secondary = _previous_secondary(previous)
+                ctx = self._context(turn)
+                if ctx is not None:
+                    trace.append(step("follow_up", "kept_previous", ctx.detail()))
+                    intent, source, reason = ctx.intents[0], "fallback", ReasonCode.FOLLOW_UP_UNVERIFIED
+                    secondary = ctx.intents[1] if len(ctx.intents) > 1 else None
 
         intents = [intent] + ([secondary] if secondary not in (None, intent) else []) if intent else []
         if intent is None:  # fallback: union of the fallback intents' skills
-            trace.append(_step("fallback", "used", {"intents": list(self.config.fallback_intents)}))
-        g = self._grant(role, tuple(intents))
+            trace.append(step("fallback", "used", {"intents": list(self.config.fallback_intents)}))
+        return self._routed(c, intents, source, reason, role, info, scope, latency, trace, previous)
+
+    def _context(self, turn: tuple):
+        """The conversation a continuation is read in (router.conversation.resolve_context); a previous
+        message given without its Decision is routed here, with the same role."""
+        previous, context, role = turn
+        return resolve_context(previous, context, lambda m: [i.value for i in self.route(m, role).intents])
+
+    def _continuation(self, c, scope, turn, info, latency, trace) -> Decision:
+        """A continuation at or above the threshold: the conversation's intents, or, with no previous turn
+        to read it with, no intent and no skill (reason ``needs_context``)."""
+        previous, _, role = turn
+        ctx = self._context(turn)
+        if ctx is None:
+            trace.append(step("conversation", "no_context"))
+            message = (
+                "a continuation of an earlier turn, with no previous turn to read it with: pass the previous "
+                "Decision (previous=) or message (context=); no skills are loaded"
+            )
+            return self._skill_free(
+                role,
+                info,
+                ReasonCode.NEEDS_CONTEXT,
+                "classifier",
+                True,
+                message,
+                trace,
+                c,
+                scope,
+                latency,
+                previous,
+            )
+        trace.append(step("conversation", "continuation", ctx.detail()))
+        reason = ReasonCode.FOLLOW_UP_IN_CONTEXT
+        return self._routed(
+            c, list(ctx.intents), "classifier", reason, role, info, scope, latency, trace, previous
+        )
+
+    def _routed(self, c, intents, source, reason, role, info, scope, latency, trace, previous) -> Decision:
+        """The Decision for ``intents`` (none: the fallback's skills), after RBAC."""
+        intent = intents[0] if intents else None
+        g = self._grants.get(role, tuple(intents))
         rbac = {"granted": [*g.required, *g.optional], "denied": [d["skill"] for d in g.denied]}
-        trace.append(_step("rbac", "ok" if g.servable else "required_denied", rbac))
+        trace.append(step("rbac", "ok" if g.servable else "required_denied", rbac))
         return Decision.model_validate(
             dict(
                 intent=intent,
                 intents=intents,
+                conversation_intents=intents or carried_intents(previous),
                 confidence=c.confidence,
-                ranking=_ranking(c),
+                ranking=ranking(c),
                 scope=scope,
                 source=source,
                 reason_code=reason,
@@ -266,36 +350,6 @@ class Router:
             )
         )
 
-    def _grant(self, role: str, intents: tuple[str, ...]) -> _Grant:
-        """The skills ``role`` gets for ``intents`` (() for the fallback), merged (router.compound.merge_skills)
-        and filtered (router.rbac.grant_skills). They follow from the config alone, so they are worked out
-        once per role and intents: a Router reads its config when it is built. Roles the config does not
-        know are not kept (a caller could send any number of them)."""
-        key = (role, intents)
-        g = self._grants.get(key)
-        if g is not None:
-            return g
-        wanted = intents or self.config.fallback_intents
-        required, optional, budget = merge_skills([self.config.intents[i] for i in wanted])
-        grant = grant_skills(self.config, role, required, optional)
-        denied = tuple(d.model_dump() for d in grant.denied)
-        message = ""
-        if not grant.servable:
-            names = ", ".join(d.skill for d in grant.denied if d.required)
-            message = f"cannot be served as classified: role {role!r} is denied required skill(s) {names}"
-        g = _Grant(
-            tuple(grant.skills.required),
-            tuple(grant.skills.optional),
-            denied,
-            grant.servable,
-            grant.requires_confirmation,
-            budget,
-            message,
-        )
-        if role in self.config.roles:
-            self._grants[key] = g
-        return g
-
     def _scope(self, c: Classification) -> dict:
         """The out-of-scope signals: the trained class above the threshold, the distance above its own."""
         p_oos = dict(c.ranking).get(OUT_OF_SCOPE)
@@ -312,103 +366,8 @@ class Router:
             "signals": signals,
         }
 
-    def _out_of_scope(self, c, scope, source, role, info, latency, trace) -> Decision:
+    def _out_of_scope(self, c, scope, source, role, info, latency, trace, previous=None) -> Decision:
         message = "out of scope: the message needs no skill; reply directly without loading any"
         return self._skill_free(
-            role, info, ReasonCode.OUT_OF_SCOPE, source, True, message, trace, c, scope, latency
+            role, info, ReasonCode.OUT_OF_SCOPE, source, True, message, trace, c, scope, latency, previous
         )
-
-    def _verify(self, text, c, previous, trace, latency):
-        if self.verifier is None:
-            trace.append(_step("verifier", "absent"))
-            return None, "fallback", ReasonCode.NO_VERIFIER, None
-        t0 = time.perf_counter()
-        try:
-            res = self.verifier.verify(text, c, previous)
-        except Exception as e:  # a third-party verifier must not take the router down either
-            ms = round((time.perf_counter() - t0) * 1000, 4)
-            latency["verifier_ms"] = ms
-            if isinstance(e, VerifierError):
-                detail = {"error": str(e), "breaker": e.breaker, "attempts": e.attempts}
-                status = e.status
-            else:
-                detail, status = {"error": f"{type(e).__name__}: {e}"}, "error"
-            trace.append(_step("verifier", status, detail, ms))
-            reason = (
-                ReasonCode.VERIFIER_UNAVAILABLE
-                if isinstance(e, VerifierUnavailable)
-                else ReasonCode.VERIFIER_FAILED
-            )
-            return None, "fallback", reason, None
-        ms = (time.perf_counter() - t0) * 1000
-        latency["verifier_ms"] = round(ms, 4)
-        keep_previous = (
-            res.reason_code == "same_domain_follow_up"
-            and previous is not None
-            and previous.intent is not None
-        )
-        detail = {
-            "intent": res.intent,
-            "reason_code": res.reason_code,
-            "attempts": res.attempts,
-            "breaker": res.breaker,
-        }
-        if keep_previous:
-            detail["kept_previous"] = previous.intent.value
-            trace.append(_step("verifier", "accepted", detail, round(ms, 4)))
-            return previous.intent.value, "verifier", ReasonCode.FOLLOW_UP, _previous_secondary(previous)
-        if res.intent not in INTENTS and not (
-            res.intent == OUT_OF_SCOPE and res.reason_code != "same_domain_follow_up"
-        ):
-            detail = {"intent": res.intent, "attempts": res.attempts}
-            trace.append(_step("verifier", "invalid_intent", detail, round(ms, 4)))
-            return None, "fallback", ReasonCode.VERIFIER_FAILED, None
-        secondary = getattr(res, "secondary", None)
-        secondary = secondary if secondary in INTENTS and secondary != res.intent else None
-        if secondary:
-            detail["secondary"] = secondary
-        trace.append(_step("verifier", "accepted", detail, round(ms, 4)))
-        if res.intent == OUT_OF_SCOPE:
-            return None, "verifier", ReasonCode.OUT_OF_SCOPE, None
-        return res.intent, "verifier", ReasonCode.VERIFIED, secondary
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def repair_text(text: str) -> tuple[str, int]:
-    """Lone UTF-16 surrogates (a JSON client can send "\\ud800") -> U+FFFD; a valid surrogate pair is
-    joined into its character. Returns the text and how many code points were replaced or joined."""
-    n = len(_SURROGATE.findall(text))
-    if not n:
-        return text, 0
-    fixed = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-    return fixed, n
-
-
-def _step(stage: str, status: str, detail: dict | None = None, ms: float = 0.0) -> dict:
-    """A TraceStep, as the dict the Decision validates."""
-    return {"stage": stage, "status": status, "ms": ms, "detail": {} if detail is None else detail}
-
-
-def _compound_step(c: Classification) -> dict:
-    """The compound rule's verdict (router.compound), with the scores and clauses it read."""
-    return _step(
-        "compound",
-        "two_intents" if len(c.intents) > 1 else "single",
-        {
-            "intents": list(c.intents),
-            "scores": {k: round(v, 6) for k, v in (c.intent_scores or {}).items()},
-            "clauses": c.clauses,
-        },
-    )
-
-
-def _previous_secondary(previous: Decision) -> str | None:
-    """The second intent of the previous decision, kept with its primary on a follow-up."""
-    return previous.intents[1].value if len(previous.intents) > 1 else None
-
-
-def _ranking(c: Classification) -> list[dict]:
-    """The RankedIntent entries: the five intents, most probable first."""
-    return [{"intent": label, "probability": p} for label, p in c.ranking if label != OUT_OF_SCOPE]

@@ -14,9 +14,9 @@ import pytest
 from router import Router
 from router.classifier import Classification, Classifier
 from router.config import RouterConfig
+from router.guardrail import repair_text
 from router.manifest import ModelError
 from router.rbac import check_config, effective_permissions, format_permissions
-from router.routing import repair_text
 from tests.conftest import ROOT, SHIPPED
 
 ADMIN_BATCH = ["restart the indexing service", "find the travel policy"]

@@ -6,7 +6,7 @@ import json
 import re
 from typing import Any, NamedTuple
 
-from router.intents import INTENTS, LABELS, OUT_OF_SCOPE
+from router.intents import ANSWERS, INTENTS, OUT_OF_SCOPE
 from router.verifier.base import (
     ACCEPTED,
     INVALID_INTENT,
@@ -81,9 +81,9 @@ def validate_output(content: str) -> Verdict:
         return Verdict(INVALID_JSON, None, None, "the JSON object has no 'intent'")
     intent = obj["intent"]
     norm = intent.strip().upper() if isinstance(intent, str) else None
-    if norm not in LABELS:
+    if norm not in ANSWERS:
         return Verdict(
-            INVALID_INTENT, None, None, f"intent {str(intent)[:40]!r} is not one of {', '.join(LABELS)}"
+            INVALID_INTENT, None, None, f"intent {str(intent)[:40]!r} is not one of {', '.join(ANSWERS)}"
         )
     code = obj.get("reason_code")
     code_norm = code.strip().lower().replace("-", "_").replace(" ", "_") if isinstance(code, str) else None

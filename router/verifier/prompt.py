@@ -9,7 +9,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from router.intents import INTENTS, LABELS
+from router.intents import ANSWERS, INTENTS
 from router.strict import load_yaml
 from router.verifier.base import VERIFIER_REASON_CODES
 
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 OUTPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "intent": {"type": "string", "enum": list(LABELS)},
+        "intent": {"type": "string", "enum": list(ANSWERS)},
         "secondary_intent": {"anyOf": [{"type": "string", "enum": list(INTENTS)}, {"type": "null"}]},
         "reason_code": {"type": "string", "enum": list(VERIFIER_REASON_CODES)},
     },
@@ -112,7 +112,7 @@ def build_system_prompt(config: RouterConfig, intents_doc: Mapping[str, Any]) ->
         "",
         "# Output",
         "Answer with exactly one JSON object and nothing else: no prose, no code fences.",
-        f'{{"intent": "<one of {"|".join(LABELS)}>", "secondary_intent": <null or one of '
+        f'{{"intent": "<one of {"|".join(ANSWERS)}>", "secondary_intent": <null or one of '
         f'"{"|".join(INTENTS)}">, "reason_code": "<one of {codes.replace(", ", "|")}>"}}',
         f"JSON Schema: {json.dumps(OUTPUT_SCHEMA, separators=(',', ':'))}",
     ]

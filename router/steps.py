@@ -1,0 +1,34 @@
+"""The trace of a Decision: its steps as the plain dicts the Decision validates once (router.decision).
+
+The stages build the Decision's parts as dicts and lists (InputInfo, Latency, Scope, TraceStep,
+RankedIntent) and validate them together: one call into pydantic-core instead of about fifteen model
+constructors a message (docs/speed.md).
+"""
+
+from __future__ import annotations
+
+from router.classifier import Classification
+from router.intents import RESERVED
+
+
+def step(stage: str, status: str, detail: dict | None = None, ms: float = 0.0) -> dict:
+    """A TraceStep, as the dict the Decision validates."""
+    return {"stage": stage, "status": status, "ms": ms, "detail": {} if detail is None else detail}
+
+
+def compound_step(c: Classification) -> dict:
+    """The compound rule's verdict (router.compound), with the scores and clauses it read."""
+    return step(
+        "compound",
+        "two_intents" if len(c.intents) > 1 else "single",
+        {
+            "intents": list(c.intents),
+            "scores": {k: round(v, 6) for k, v in (c.intent_scores or {}).items()},
+            "clauses": c.clauses,
+        },
+    )
+
+
+def ranking(c: Classification) -> list[dict]:
+    """The RankedIntent entries: the intents (not the reserved labels), most probable first."""
+    return [{"intent": label, "probability": p} for label, p in c.ranking if label not in RESERVED]
