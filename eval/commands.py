@@ -30,6 +30,10 @@ from router.console import (
 def route(
     texts: list[str] = typer.Argument(None, help="Message(s) to route."),
     role: str = Opt("viewer", help="Caller's role (RBAC)."),
+    context: str | None = Opt(
+        None,
+        help="The previous message of the conversation: a continuation ('same for staging') is read with it.",
+    ),
     file: Path | None = Opt(
         None, "--file", "-f", help="Route every line of a file ('-' for stdin); JSONL rows use their 'text'."
     ),
@@ -54,7 +58,9 @@ def route(
     verifier = make_verifier(verifier_url, verifier_model, verifier_timeout, cfg)
     router = Router.load(model, config=cfg, verifier=verifier, threshold=threshold, variant=variant)
     decisions = (
-        router.route_batch(messages, role) if verifier is None else [router.route(m, role) for m in messages]
+        router.route_batch(messages, role, context=context)
+        if verifier is None
+        else [router.route(m, role, context=context) for m in messages]
     )
     if as_json or len(messages) > 1:
         for d in decisions:
@@ -124,6 +130,9 @@ def score(
     text_column: TextColumn = "text",
     label_column: Annotated[str, Opt(help="Column with the true intent (--with-labels).")] = "label",
     id_column: str | None = Opt(None, help="Column copied to the output as 'id'."),
+    context_column: str | None = Opt(
+        None, help="Column with the previous message of a conversation: a continuation is read with it."
+    ),
     with_labels: bool = Opt(False, "--with-labels", help="Add accuracy and the confusion matrix."),
     skip_invalid: bool = Opt(False, "--skip-invalid", help="Write invalid rows with an 'error'."),
     keep_text: bool = Opt(False, "--keep-text", help="Copy the message into the output."),

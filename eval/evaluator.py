@@ -210,6 +210,7 @@ def run_evaluation(
     *,
     oos: str | Path | None = None,
     compound: str | Path | None = None,
+    conversations: str | Path | None = None,
     threshold: float | None = None,
     variant: str | None = None,
     text_column: str = "text",
@@ -231,7 +232,9 @@ def run_evaluation(
     ONNX Runtime (``training.model.load_predictor`` also opens SetFit checkpoints). ``model`` is recorded
     in the report either way. ``threshold`` defaults to the router's (0.75). ``verifier`` (a
     router.verifier.Verifier) adds the verifier lift on below-threshold messages.
-    ``max_latency_samples=0`` skips the latency measurement.
+    ``max_latency_samples=0`` skips the latency measurement. ``conversations`` (a conversation file,
+    eval.conversation) routes conversations turn by turn through the router over ``model``, an exported
+    model directory.
     """
     tau = validate_threshold(threshold if threshold is not None else default_threshold())
     if predictor is None:
@@ -282,9 +285,12 @@ def run_evaluation(
         },
         "threshold": round(tau, 4),
         **ev.sections,
+        "conversation": None,
         "verifier": None,
         "environment": _environment(),
     }
+    if conversations is not None:
+        report["conversation"] = _conversation_section(model, variant, tau, conversations)
     if verifier is not None:
         from eval.verifier_lift import verifier_lift
 
@@ -292,6 +298,16 @@ def run_evaluation(
             verifier, ds.texts, ev.y, ev.probs, labels, tau, max_messages=verifier_max, describe=verifier_name
         )
     return report
+
+
+def _conversation_section(model, variant: str | None, tau: float, path: str | Path) -> dict:
+    from eval.conversation import evaluate_conversations
+    from router.manifest import load_manifest
+    from router.routing import Router
+
+    if model is None or load_manifest(model).export is None:
+        raise ValueError("conversations are routed by the router: give an exported model directory")
+    return evaluate_conversations(Router.load(model, variant=variant, threshold=tau), path)
 
 
 def source_section(ds) -> dict:

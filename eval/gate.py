@@ -13,7 +13,10 @@ metrics plus the limits the gate applies:
 - compound requests (when the baseline has ``compound``, from ``eval --compound FILE``): the share of
   compound messages with both intents found and with the skills of both loaded have floors; the share
   of single-intent messages called compound (the compound file's twins, the main data) and the mean
-  skills loaded per message have ceilings.
+  skills loaded per message have ceilings;
+- conversations (when the baseline has ``conversation``, from ``eval --conversations FILE``): the share of
+  social messages after a request not routed, of continuations given the conversation's intent and of
+  messages that switch intent keeping their own have floors.
 
 The limits are plain numbers in the baseline file: edit them there to tighten or loosen a check.
 """
@@ -41,6 +44,7 @@ DEFAULT_POLICY = {
     "single_compound_margin": 0.04,
     "data_compound_margin": 0.01,
     "skills_margin": 0.25,
+    "conversation_tolerance": 0.03,
 }
 
 #: baseline key -> (path in the report section, ">=" floor or "<=" ceiling, policy key of the margin)
@@ -58,11 +62,17 @@ COMPOUND_CHECKS = {
     "skills_per_message": (("skills", "skills_per_message"), "<=", "skills_margin"),
     "data_skills_per_message": (("data_single", "skills", "skills_per_message"), "<=", "skills_margin"),
 }
+CONVERSATION_CHECKS = {
+    "social_not_routed": (("social", "not_routed"), ">=", "conversation_tolerance"),
+    "continuations_resolved": (("continuation", "resolved"), ">=", "conversation_tolerance"),
+    "switches_kept": (("switch", "kept"), ">=", "conversation_tolerance"),
+}
 #: report section (and baseline key) -> its checks
-SECTION_CHECKS = {"scope": SCOPE_CHECKS, "compound": COMPOUND_CHECKS}
+SECTION_CHECKS = {"scope": SCOPE_CHECKS, "compound": COMPOUND_CHECKS, "conversation": CONVERSATION_CHECKS}
 MISSING_HINT = {
     "scope": "evaluate with the out-of-scope rows / --oos file",
     "compound": "evaluate with --compound FILE",
+    "conversation": "evaluate with --conversations FILE",
 }
 
 
@@ -146,6 +156,7 @@ def make_baseline(report: dict, **policy: float) -> dict:
         "ece_ceiling": _r(cal["ece"] + p["ece_margin"]),
         "scope": _section_limits(report, "scope", p),
         "compound": _section_limits(report, "compound", p),
+        "conversation": _section_limits(report, "conversation", p),
         "policy": p,
     }
 

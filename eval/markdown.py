@@ -170,6 +170,7 @@ def render_markdown(report: dict, plots: bool = True) -> str:
 
     lines += _scope_lines(report.get("scope"))
     lines += _compound_lines(report.get("compound"))
+    lines += conversation_lines(report.get("conversation"))
 
     v = report.get("verifier")
     if v:
@@ -368,6 +369,15 @@ def summary_rows(report: dict) -> list[list[str]]:
             [f"single twins called compound (n={cp['single']['n']})", _f(cp["single"]["called_compound"])]
         )
         rows.append(["skills per message (compound file)", _f(cp["skills"]["skills_per_message"], 2)])
+    cv = report.get("conversation")
+    if cv:
+        rows.append(
+            [f"social after a request not routed (n={cv['social']['n']})", _f(cv["social"]["not_routed"])]
+        )
+        rows.append(
+            [f"continuations resolved (n={cv['continuation']['n']})", _f(cv["continuation"]["resolved"])]
+        )
+        rows.append([f"intent switches kept (n={cv['switch']['n']})", _f(cv["switch"]["kept"])])
     if report.get("latency"):
         s, b = report["latency"]["single"], report["latency"]["batch"]
         rows.append(
@@ -390,3 +400,54 @@ def per_class_rows(report: dict) -> list[list[str]]:
         [label, _f(v["precision"]), _f(v["recall"]), _f(v["f1"]), str(v["support"])]
         for label, v in report["classification"]["per_class"].items()
     ]
+
+
+def conversation_lines(cv: dict | None) -> list[str]:
+    """Conversations (eval/conversation.py): later turns scored by what they are."""
+    if not cv:
+        return []
+    c, s, w = cv["continuation"], cv["social"], cv["switch"]
+    lines = [
+        "## Conversations",
+        "",
+        f"`{cv['source']}`: {cv['conversations']} conversations, {cv['turns']} turns, each routed after the "
+        "Decision of the turn before it, with no verifier.",
+        "",
+    ]
+    lines += _table(
+        ["", "value"],
+        [
+            [f"first turns: accuracy (n={cv['requests']['n']})", _pct(cv["requests"]["accuracy"])],
+            [f"social messages after a request: not routed (n={s['n']})", _pct(s["not_routed"])],
+            [f"continuations: the conversation's intent (n={c['n']})", _pct(c["resolved"])],
+            [
+                "continuations routed to an intent without the previous turn",
+                _pct(c["routed_without_previous"]),
+            ],
+            [f"intent switches: their own intent kept (n={w['n']})", _pct(w["kept"])],
+            [
+                "median route() ms: first turns / continuations",
+                " / ".join(_f(cv["median_ms"][k], 2) for k in ("request", "continuation")),
+            ],
+        ],
+    )
+    lines += ["", "By kind of later turn:", ""]
+    lines += _table(["kind", "n", "right"], [[k, v["n"], _pct(v["right"])] for k, v in cv["by_kind"].items()])
+    if cv["misses"]:
+        lines += ["", "Misses:", ""]
+        lines += _table(
+            ["line", "turn", "kind", "text", "expected", "routed", "reason"],
+            [
+                [
+                    m["line"],
+                    m["turn"],
+                    m["kind"],
+                    _cell(m["text"]),
+                    m["expected"],
+                    "+".join(m["routed"]) or "-",
+                    m["reason_code"],
+                ]
+                for m in cv["misses"]
+            ],
+        )
+    return [*lines, ""]

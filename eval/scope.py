@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from eval.metrics import rounded as _r
-from router.intents import OUT_OF_SCOPE
+from router.intents import CONTINUATION, OUT_OF_SCOPE
 
 
 def outcomes(
@@ -45,6 +45,8 @@ def outcomes(
         accepted |= ~out_of_scope & (np.asarray(pair_confidence, dtype=np.float64) >= tau)
     if oos_col is not None:
         accepted &= pred != oos_col
+    if CONTINUATION in labels:  # with no previous turn a continuation gets no intent (needs_context)
+        accepted &= pred != list(labels).index(CONTINUATION)
     return {
         "pred": pred,
         "by_classifier": by_classifier,
@@ -107,17 +109,27 @@ def scope_metrics(
     unlabelled out-of-scope file; precision of the out-of-scope calls over the labelled rows."""
     y = np.asarray(y, dtype=int)
     o = outcomes(probs, labels, tau, distance, distance_threshold)
-    oos_col = list(labels).index(OUT_OF_SCOPE) if OUT_OF_SCOPE in labels else -1
-    is_oos = y == oos_col
-    part = {k: v[~is_oos] for k, v in o.items()}
+    is_oos, is_cont = _reserved_rows(y, labels)
+    ins = ~is_oos & ~is_cont
+    part = {k: v[ins] for k, v in o.items()}
     section: dict = {
         "tau": _r(tau, 4),
         "distance_threshold": _r(distance_threshold) if distance_threshold is not None else None,
-        "in_scope": in_scope_summary(part, y[~is_oos]),
+        "in_scope": in_scope_summary(part, y[ins]),
+        "continuation": None,
         "out_of_scope": None,
         "oos_file": None,
         "precision": None,
     }
+    if is_cont.any():  # continuations routed alone: they should be read as continuations, not routed
+        cont_col = list(labels).index(CONTINUATION)
+        c = {k: v[is_cont] for k, v in o.items()}
+        section["continuation"] = {
+            "n": int(is_cont.sum()),
+            "called_continuation": _share(c["pred"] == cont_col),
+            "called_out_of_scope": _share(c["out_of_scope"]),
+            "not_routed": _share(~c["accepted"]),
+        }
     if is_oos.any():
         section["out_of_scope"] = out_of_scope_summary({k: v[is_oos] for k, v in o.items()})
     called = o["out_of_scope"]
@@ -139,19 +151,27 @@ def scope_sweep(
 ) -> list[dict]:
     """Per tau: in-scope accepted share / accuracy / called out of scope, out-of-scope not routed."""
     y = np.asarray(y, dtype=int)
-    oos_col = list(labels).index(OUT_OF_SCOPE) if OUT_OF_SCOPE in labels else -1
-    is_oos = y == oos_col
+    is_oos, is_cont = _reserved_rows(y, labels)
+    ins = ~is_oos & ~is_cont
     rows = []
     for tau in sorted({round(float(t), 4) for t in taus}):
         o = outcomes(probs, labels, tau, distance, distance_threshold)
-        ins = in_scope_summary({k: v[~is_oos] for k, v in o.items()}, y[~is_oos])
+        summary = in_scope_summary({k: v[ins] for k, v in o.items()}, y[ins])
         rows.append(
             {
                 "tau": _r(tau, 4),
-                "in_scope_accepted_share": ins["accepted_share"],
-                "in_scope_accepted_accuracy": ins["accepted_accuracy"],
-                "in_scope_called_out_of_scope": ins["called_out_of_scope"],
+                "in_scope_accepted_share": summary["accepted_share"],
+                "in_scope_accepted_accuracy": summary["accepted_accuracy"],
+                "in_scope_called_out_of_scope": summary["called_out_of_scope"],
                 "out_of_scope_not_routed": _share(~o["accepted"][is_oos]) if is_oos.any() else None,
             }
         )
     return rows
+
+
+def _reserved_rows(y: np.ndarray, labels: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(rows labelled OUT_OF_SCOPE, rows labelled CONTINUATION): neither is in scope."""
+    labels = list(labels)
+    oos = y == labels.index(OUT_OF_SCOPE) if OUT_OF_SCOPE in labels else np.zeros(len(y), bool)
+    cont = y == labels.index(CONTINUATION) if CONTINUATION in labels else np.zeros(len(y), bool)
+    return oos, cont

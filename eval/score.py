@@ -29,10 +29,10 @@ from eval.score_io import (
     ScoreOptions,
     completed_rows,
     count_rows,
-    decisions_table,
     input_format,
     iter_input,
     merge_parts,
+    output_schema,
     parts_dir,
     write_part,
 )
@@ -43,6 +43,63 @@ DONE = "_done.json"
 
 
 # ----------------------------------------------------------------------------------- resume
+def decisions_table(batch: dict[str, list], router, opts: ScoreOptions) -> pa.Table:
+    """Route one input batch (columns row, text, [id], [label], error) and return output rows.
+
+    Used by the local runner and by each Ray actor, so both write the same columns."""
+    texts = batch["text"]
+    errors = list(batch["error"])
+    ok = [i for i, e in enumerate(errors) if e is None]
+    contexts = batch.get("context") or [None] * len(texts)
+    alone = [i for i in ok if not contexts[i]]  # one route_batch; a row with its previous message alone
+    decisions = router.route_batch([texts[i] for i in alone], opts.role) if alone else []
+    by_row = dict(zip(alone, decisions, strict=True))
+    for i in ok:
+        if contexts[i]:
+            by_row[i] = router.route(texts[i], opts.role, context=contexts[i])
+    cols: dict[str, list] = {"row": list(batch["row"])}
+    if opts.id_column:
+        cols["id"] = list(batch["id"])
+    if opts.keep_text:
+        cols["text"] = list(texts)
+    if opts.with_labels:
+        cols["label"] = list(batch["label"])
+    names = [
+        "intent",
+        "intents",
+        "top_intent",
+        "confidence",
+        "source",
+        "reason_code",
+        "skills_required",
+        "skills_optional",
+        "denied",
+        "denied_required",
+        "servable",
+    ]
+    for n in names:
+        cols[n] = []
+    for i in range(len(texts)):
+        d = by_row.get(i)
+        if d is None:
+            for n in names:
+                cols[n].append(None)
+            continue
+        cols["intent"].append(d.intent.value if d.intent else None)
+        cols["intents"].append([i.value for i in d.intents])
+        cols["top_intent"].append(d.ranking[0].intent.value if d.ranking else None)
+        cols["confidence"].append(d.confidence)
+        cols["source"].append(d.source)
+        cols["reason_code"].append(d.reason_code.value)
+        cols["skills_required"].append(d.skills.required)
+        cols["skills_optional"].append(d.skills.optional)
+        cols["denied"].append([x.skill for x in d.denied])
+        cols["denied_required"].append([x.skill for x in d.denied if x.required])
+        cols["servable"].append(d.servable)
+    cols["error"] = errors
+    return pa.table(cols, schema=output_schema(opts))
+
+
 def fingerprint_input(path: Path) -> dict:
     """Size, mtime and a hash of the first and last MiB: cheap on a large file, and any append, rewrite
     or truncation changes it."""

@@ -36,6 +36,7 @@ class ScoreOptions:
     text_column: str = "text"
     label_column: str = "label"
     id_column: str | None = None
+    context_column: str | None = None  # the previous message of a conversation, when the log has it
     with_labels: bool = False
     skip_invalid: bool = False  # invalid rows get an 'error' and no decision, instead of stopping the run
     keep_text: bool = False
@@ -76,58 +77,6 @@ def output_schema(opts: ScoreOptions) -> pa.Schema:
         pa.field("error", pa.string()),
     ]
     return pa.schema(fields)
-
-
-def decisions_table(batch: dict[str, list], router, opts: ScoreOptions) -> pa.Table:
-    """Route one input batch (columns row, text, [id], [label], error) and return output rows.
-
-    Used by the local runner and by each Ray actor, so both write the same columns."""
-    texts = batch["text"]
-    errors = list(batch["error"])
-    ok = [i for i, e in enumerate(errors) if e is None]
-    decisions = router.route_batch([texts[i] for i in ok], opts.role) if ok else []
-    by_row = dict(zip(ok, decisions, strict=True))
-    cols: dict[str, list] = {"row": list(batch["row"])}
-    if opts.id_column:
-        cols["id"] = list(batch["id"])
-    if opts.keep_text:
-        cols["text"] = list(texts)
-    if opts.with_labels:
-        cols["label"] = list(batch["label"])
-    names = [
-        "intent",
-        "intents",
-        "top_intent",
-        "confidence",
-        "source",
-        "reason_code",
-        "skills_required",
-        "skills_optional",
-        "denied",
-        "denied_required",
-        "servable",
-    ]
-    for n in names:
-        cols[n] = []
-    for i in range(len(texts)):
-        d = by_row.get(i)
-        if d is None:
-            for n in names:
-                cols[n].append(None)
-            continue
-        cols["intent"].append(d.intent.value if d.intent else None)
-        cols["intents"].append([i.value for i in d.intents])
-        cols["top_intent"].append(d.ranking[0].intent.value if d.ranking else None)
-        cols["confidence"].append(d.confidence)
-        cols["source"].append(d.source)
-        cols["reason_code"].append(d.reason_code.value)
-        cols["skills_required"].append(d.skills.required)
-        cols["skills_optional"].append(d.skills.optional)
-        cols["denied"].append([x.skill for x in d.denied])
-        cols["denied_required"].append([x.skill for x in d.denied if x.required])
-        cols["servable"].append(d.servable)
-    cols["error"] = errors
-    return pa.table(cols, schema=output_schema(opts))
 
 
 # ----------------------------------------------------------------------------------- reading
@@ -182,6 +131,8 @@ def _empty(opts: ScoreOptions) -> dict:
     b: dict[str, list] = {"row": [], "text": [], "error": [], "line": []}
     if opts.id_column:
         b["id"] = []
+    if opts.context_column:
+        b["context"] = []
     if opts.with_labels:
         b["label"] = []
     return b
@@ -212,6 +163,9 @@ def _iter_jsonl(path: Path, opts: ScoreOptions, start: int, batch_rows: int) -> 
             if opts.id_column:
                 v = obj.get(opts.id_column)
                 b["id"].append(None if v is None else str(v))
+            if opts.context_column:
+                v = obj.get(opts.context_column)
+                b["context"].append(v if isinstance(v, str) else None)
             if opts.with_labels:
                 b["label"].append(obj.get(opts.label_column))
             if len(b["row"]) >= batch_rows:
@@ -225,6 +179,7 @@ def _iter_arrow(path: Path, fmt: str, opts: ScoreOptions, start: int, batch_rows
     cols = (
         [opts.text_column]
         + ([opts.id_column] if opts.id_column else [])
+        + ([opts.context_column] if opts.context_column else [])
         + ([opts.label_column] if opts.with_labels else [])
     )
     batches = _arrow_batches(path, fmt, cols, start)
@@ -255,6 +210,8 @@ def _to_batch(t: pa.Table, first_row: int, opts: ScoreOptions) -> dict:
     }
     if opts.id_column:
         b["id"] = [None if v is None else str(v) for v in t.column(opts.id_column).to_pylist()]
+    if opts.context_column:
+        b["context"] = [v if isinstance(v, str) else None for v in t.column(opts.context_column).to_pylist()]
     if opts.with_labels:
         b["label"] = t.column(opts.label_column).to_pylist()
     return b

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from eval.score import score_file
-from eval.score_io import ScoreOptions, decisions_table, output_schema
+from eval.score import decisions_table, score_file
+from eval.score_io import ScoreOptions, output_schema
 
 
 class RouterActor:

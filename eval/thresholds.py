@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from eval.metrics import rounded as _r
-from router.intents import OUT_OF_SCOPE
+from router.intents import CONTINUATION, OUT_OF_SCOPE
 
 DEFAULT_TAUS = tuple(round(0.30 + 0.05 * i, 2) for i in range(14))  # 0.30, 0.35, ..., 0.95
 
@@ -71,8 +71,9 @@ def oos_recall(
     n = len(oos_probs)
     conf = oos_probs.max(axis=1) if n else np.zeros(0)
     below = conf < tau
-    if labels is not None and OUT_OF_SCOPE in labels and n:
-        below |= oos_probs.argmax(axis=1) == list(labels).index(OUT_OF_SCOPE)
+    for reserved in (OUT_OF_SCOPE, CONTINUATION):  # neither routes to an intent
+        if labels is not None and reserved in labels and n:
+            below |= oos_probs.argmax(axis=1) == list(labels).index(reserved)
     out = {
         "n": int(n),
         "tau": _r(tau, 4),

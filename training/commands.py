@@ -214,6 +214,10 @@ def evaluate(
     compound: str | None = Opt(
         None, help="Compound-request file (data/compound/): two-intent rows and twins, scored apart."
     ),
+    conversations: str | None = Opt(
+        None,
+        help="Conversation file (data/conversations/): routed turn by turn, each turn after the one before.",
+    ),
     out: Path = Opt(Path("reports/eval"), help="Directory for eval.json, report.md and the PNG plots."),
     threshold: Annotated[float | None, Opt(help="tau (default: the router's, 0.75).")] = None,
     variant: str | None = Opt(None, help="ONNX graph: int8 (default) or fp32."),

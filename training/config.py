@@ -27,6 +27,8 @@ class TrainConfig(BaseModel):
     compound_train_file: Path | None = Path("data/compound/train.jsonl")
     compound_dev_file: Path | None = Path("data/compound/dev.jsonl")
     compound_test_file: Path | None = Path("data/compound/test.jsonl")
+    # conversations scored by the build's evaluation (eval.conversation); not used in training
+    conversation_test_file: Path | None = Path("data/conversations/test.jsonl")
     seed: int = 42
     # Contrastive phase. With length-bucketed batches this corpus trains at 32-37 pairs/s on 2 idle cores
     # (18 without buckets), so 460 steps x 32 pairs take 7.5-8 minutes and the whole build 9.5 minutes.

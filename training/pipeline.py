@@ -68,7 +68,11 @@ def build(
     compound = (
         cfg.compound_test_file if cfg.compound_test_file and Path(cfg.compound_test_file).is_file() else None
     )
-    result = evaluate_model(out, cfg.test_file, oos=oos, out=report_dir, compound=compound)
+    conv = cfg.conversation_test_file
+    conversations = conv if conv and Path(conv).is_file() else None
+    result = evaluate_model(
+        out, cfg.test_file, oos=oos, out=report_dir, compound=compound, conversations=conversations
+    )
     return manifest, result
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import time
@@ -18,42 +19,18 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from router.decision import Decision
 from router.serve.auth import KeyStore, Principal, key_from_headers
 from router.serve.metrics import Metrics
+from router.serve.models import ErrorResponse, PreviousTurn, RouteRequest, RouteResponse
 from router.serve.settings import ServeSettings, is_loopback
 
 log = logging.getLogger("intent_router.serve")
 CANARY = "restart the indexing service"
 KNOWN_PATHS = ("/v1/route", "/healthz", "/readyz", "/metrics", "/openapi.json", "/docs")
-
-
-# ------------------------------------------------------------------------------------ models
-class RouteRequest(BaseModel):
-    """One message (``message``) or several (``messages``), routed for ``role``."""
-
-    model_config = ConfigDict(extra="forbid")
-    role: StrictStr | None = Field(
-        None, description="Role to route for; must be one the API key holds. Optional if the key holds one."
-    )
-    message: StrictStr | None = None
-    messages: list[StrictStr] | None = None
-
-
-class RouteResponse(BaseModel):
-    decisions: list[Decision]
-
-
-class ErrorBody(BaseModel):
-    code: str
-    message: str
-
-
-class ErrorResponse(BaseModel):
-    error: ErrorBody
 
 
 class ApiError(Exception):
@@ -79,9 +56,13 @@ class Engine:
         threads = settings.verifier_threads if router.verifier is not None else settings.inference_threads
         self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="route")
 
-    async def route(self, texts: list[str], role: str) -> list[Decision]:
+    async def route(
+        self, texts: list[str], role: str, previous: PreviousTurn | None = None
+    ) -> list[Decision]:
         loop = asyncio.get_running_loop()
-        decisions = await loop.run_in_executor(self.pool, self.router.route_batch, texts, role)
+        turn = {"previous": previous.decision, "context": previous.message} if previous is not None else {}
+        work = functools.partial(self.router.route_batch, texts, role, **turn)
+        decisions = await loop.run_in_executor(self.pool, work)
         self.metrics.batch_size.observe(len(texts))
         return decisions
 
@@ -231,7 +212,7 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
         role = _role(req, principal, state)
         if state.engine is None:
             raise ApiError(503, "not_ready", "the model is not loaded yet; poll /readyz")
-        decisions = await state.engine.route(texts, role)
+        decisions = await state.engine.route(texts, role, req.previous)
         state.metrics.observe_decisions(decisions)
         payload = b'{"decisions":[' + b",".join(d.model_dump_json().encode() for d in decisions) + b"]}"
         return Response(payload, media_type="application/json")
@@ -315,6 +296,16 @@ def _texts(req: RouteRequest, s: ServeSettings) -> list[str]:
             f"{len(texts)} messages; the limit is {s.max_messages}",
             limit=s.max_messages,
         )
+    if req.previous is not None:
+        if req.previous.decision is None and req.previous.message is None:
+            raise ApiError(422, "invalid_request", "'previous' needs its 'decision', its 'message', or both")
+        if req.previous.message is not None and len(req.previous.message) > s.max_chars:
+            raise ApiError(
+                422,
+                "message_too_long",
+                f"the previous message has {len(req.previous.message)} characters; the limit is {s.max_chars}",
+                limit=s.max_chars,
+            )
     for i, t in enumerate(texts):
         if len(t) > s.max_chars:
             raise ApiError(

@@ -67,7 +67,13 @@ class VerifierUnavailable(VerifierError):
 @runtime_checkable
 class Verifier(Protocol):
     def verify(
-        self, text: str, classification: Classification, previous: Decision | None = None
+        self,
+        text: str,
+        classification: Classification,
+        previous: Decision | None = None,
+        context: str | None = None,
     ) -> VerifierResult:
-        """Return the intent for ``text`` or raise VerifierError."""
+        """Return the intent for ``text`` or raise VerifierError. ``previous`` is the previous turn's
+        Decision and ``context`` its message, when the caller gave them (the router passes ``context``
+        only when it has one, so a verifier without the parameter still works)."""
         ...

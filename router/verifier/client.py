@@ -167,7 +167,11 @@ class LLMVerifier:
         self.close()
 
     def verify(
-        self, text: str, classification: Classification, previous: Decision | None = None
+        self,
+        text: str,
+        classification: Classification,
+        previous: Decision | None = None,
+        context: str | None = None,
     ) -> VerifierResult:
         start = self._clock()
         token = self.breaker.acquire()
@@ -184,7 +188,8 @@ class LLMVerifier:
         was_probe = token == CircuitBreaker.HALF_OPEN
         attempts: list[dict[str, Any]] = []
         try:
-            verdict = self._run(text, classification, previous, start + self.settings.deadline, attempts)
+            turn = (previous, context)
+            verdict = self._run(text, classification, turn, start + self.settings.deadline, attempts)
         except _Failure as f:
             self._record(f.endpoint_failed, was_probe)
             raise VerifierError(
@@ -209,9 +214,10 @@ class LLMVerifier:
         else:
             self.breaker.record_success()
 
-    def _run(self, text, classification, previous, deadline_at, attempts) -> Verdict:
+    def _run(self, text, classification, turn, deadline_at, attempts) -> Verdict:
         s = self.settings
-        user = build_user_prompt(text, classification, previous, s.max_message_chars)
+        previous, context = turn
+        user = build_user_prompt(text, classification, previous, s.max_message_chars, context=context)
         strict_error: str | None = None
         max_tokens = s.max_tokens
         dialect_switches = 0

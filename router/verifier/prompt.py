@@ -106,9 +106,10 @@ def build_system_prompt(config: RouterConfig, intents_doc: Mapping[str, Any]) ->
         "- ambiguous: two or more intents fit one request about equally; give your best choice (two "
         "separate requests are not ambiguous: use secondary_intent).",
         "- other: anything else, including out-of-scope messages.",
-        "Answer OUT_OF_SCOPE for a message that needs no skill. When a previous turn is given, a short reply "
-        'such as "yes", "ok do it" or "and for next week?" continues it: answer the previous intent with '
-        "same_domain_follow_up, not OUT_OF_SCOPE.",
+        "Answer OUT_OF_SCOPE for a message that needs no skill. When a previous turn is given, a message "
+        'that only makes sense after it ("yes, do it", "only the EU ones", "and for next week?", "the second '
+        'one", "try again") continues it: answer the previous intent with same_domain_follow_up. A social '
+        'message ("thanks!", "bye", "lol") stays OUT_OF_SCOPE whatever came before.',
         "",
         "# Output",
         "Answer with exactly one JSON object and nothing else: no prose, no code fences.",
@@ -120,24 +121,37 @@ def build_system_prompt(config: RouterConfig, intents_doc: Mapping[str, Any]) ->
 
 
 def build_user_prompt(
-    text: str, classification: Classification | None, previous: Decision | None, max_chars: int = 4000
+    text: str,
+    classification: Classification | None,
+    previous: Decision | None,
+    max_chars: int = 4000,
+    context: str | None = None,
 ) -> str:
-    """The dynamic part: the classifier's candidates, the previous turn and the message (JSON-quoted)."""
+    """The dynamic part: the classifier's candidates (the labels a verifier may answer), the previous turn
+    (its decision, and its message when ``context`` gives it) and the message (JSON-quoted)."""
     lines = []
-    ranking = list(getattr(classification, "ranking", None) or [])[:TOP_CANDIDATES]
+    ranking = [r for r in getattr(classification, "ranking", None) or [] if r[0] in ANSWERS][:TOP_CANDIDATES]
     if ranking:
         lines.append("Classifier's top candidates (calibrated confidence, below the router's threshold):")
         lines += [f"- {label}: {float(p):.3f}" for label, p in ranking]
     else:
         lines.append("Classifier's top candidates: none.")
-    if previous is None:
+    if previous is None and not context:
         lines.append("Previous turn: none.")
+    elif previous is None:
+        lines.append("Previous turn: its intent is not known.")
     else:
         prev_intent = previous.intent.value if previous.intent is not None else "none (no intent was chosen)"
         lines.append(
             f"Previous turn: intent {prev_intent} (source {previous.source}, "
             f"reason {previous.reason_code.value})."
         )
+    if context:
+        note = f" (cut to its first {max_chars} characters)" if len(context) > max_chars else ""
+        lines += [
+            f"Previous message, as a JSON string{note}:",
+            json.dumps(context[:max_chars], ensure_ascii=False),
+        ]
     cut = text[:max_chars]
     note = f" (cut to its first {max_chars} characters)" if len(text) > max_chars else ""
     lines += ["", f"Message to classify, as a JSON string{note}:", json.dumps(cut, ensure_ascii=False)]

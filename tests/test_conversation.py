@@ -1,0 +1,230 @@
+"""Conversations: a continuation takes the conversation's intents, small talk stays out of scope after a
+request, a message with its own intent keeps it; through route(), the HTTP service, log scoring and eval."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from eval.conversation import conversation_metrics, load_conversations
+from eval.data import DataError
+from router.conversation import carried_intents, leans_to_continuation, resolve_context
+from router.routing import Router
+from tests.conftest import ROOT, SHIPPED
+
+RESTART = "restart the indexing service on prod-2"
+
+
+@pytest.fixture(scope="module")
+def router():
+    return Router.load(SHIPPED)
+
+
+@pytest.fixture(scope="module")
+def after_action(router):
+    d = router.route(RESTART, role="admin")
+    assert d.intent.value == "ACTION" and d.requires_confirmation
+    return d
+
+
+# ------------------------------------------------------------------------------- the rules
+def test_leaning_to_a_continuation_below_the_threshold():
+    assert leans_to_continuation([("CONTINUATION", 0.5), ("ACTION", 0.4), ("OUT_OF_SCOPE", 0.1)])
+    assert leans_to_continuation([("ACTION", 0.45), ("CONTINUATION", 0.35), ("OUT_OF_SCOPE", 0.2)])
+    assert not leans_to_continuation([("OUT_OF_SCOPE", 0.55), ("CONTINUATION", 0.4)])
+    assert not leans_to_continuation([("ACTION", 0.7), ("CONTINUATION", 0.2)])
+    assert not leans_to_continuation([])
+
+
+def test_the_context_comes_from_the_decision_before_the_message():
+    calls = []
+
+    def route_message(m):
+        calls.append(m)
+        return ["SEARCH"]
+
+    assert resolve_context(None, None, route_message) is None
+    ctx = resolve_context(None, "find the deck", route_message)
+    assert ctx.intents == ("SEARCH",) and ctx.source == "previous_message" and calls == ["find the deck"]
+    assert resolve_context(None, "", route_message) is None and len(calls) == 1
+
+
+# ------------------------------------------------------------------------- through route()
+@pytest.mark.parametrize("text", ["thanks!", "cheers, that worked", "bye for now", "lol nice"])
+def test_social_after_an_action_loads_no_skill_and_asks_no_confirmation(router, after_action, text):
+    d = router.route(text, role="admin", previous=after_action)
+    assert d.intent is None and d.reason_code.value == "out_of_scope", (text, d.brief())
+    assert d.skills.all == [] and not d.requires_confirmation
+    assert [i.value for i in d.conversation_intents] == ["ACTION"]  # carried for the turn after
+
+
+@pytest.mark.parametrize("text", ["the same for the EU cluster", "yes, do it", "try again"])
+def test_a_continuation_after_an_action_keeps_action_and_its_confirmation(router, after_action, text):
+    d = router.route(text, role="admin", previous=after_action)
+    assert d.intent.value == "ACTION" and d.reason_code.value == "follow_up", (text, d.brief())
+    assert d.requires_confirmation and "action" in d.skills.required
+    step = next(s for s in d.trace if s.stage == "conversation")
+    assert step.detail == {"intents": ["ACTION"], "from": "previous_decision"}
+
+
+def test_a_continuation_without_a_previous_turn_needs_context(router):
+    d = router.route("the same for the EU cluster", role="admin")
+    assert d.intent is None and d.reason_code.value == "needs_context" and d.skills.all == []
+    assert "previous" in d.message
+
+
+def test_the_previous_message_alone_is_context_enough(router):
+    d = router.route("the same for the EU cluster", role="admin", context=RESTART)
+    assert d.intent.value == "ACTION" and d.reason_code.value == "follow_up"
+    step = next(s for s in d.trace if s.stage == "conversation")
+    assert step.detail["from"] == "previous_message" and step.detail["message_chars"] == len(RESTART)
+
+
+def test_a_message_with_its_own_intent_keeps_it(router):
+    prev = router.route("find the Q3 board deck", role="admin")
+    assert prev.intent.value == "SEARCH"
+    d = router.route("now forward it to the whole leadership team", role="admin", previous=prev)
+    assert d.intent.value == "ACTION" and d.reason_code.value == "confident"
+    d = router.route("thanks, now send it to Maria", role="admin", previous=prev)
+    assert d.intent.value == "ACTION"
+
+
+def test_a_continuation_after_small_talk_finds_the_request_before_it(router):
+    plan = router.route("draft a rollout plan for the new billing system", role="admin")
+    assert plan.intent.value == "PLANNING"
+    social = router.route("thanks, looks good", role="admin", previous=plan)
+    assert social.intent is None
+    d = router.route("add a checkpoint for the beta though", role="admin", previous=social)
+    assert d.intent.value == "PLANNING", d.brief()
+
+
+def test_a_single_message_pays_nothing_for_conversations(router):
+    """No context is routed for a message that is not a continuation."""
+    d = router.route(RESTART, role="admin", context="find the travel policy")
+    assert d.intent.value == "ACTION" and not any(s.stage == "conversation" for s in d.trace)
+
+
+def test_context_must_be_text(router):
+    with pytest.raises(TypeError, match="context"):
+        router.route("yes", role="admin", context=42)
+
+
+def test_carried_intents_keep_a_compound_pair(router):
+    d = router.route("find the Q3 board deck and email it to Maria", role="admin")
+    assert len(d.intents) == 2
+    assert carried_intents(d) == [i.value for i in d.intents]
+    follow = router.route("same for the Q4 deck", role="admin", previous=d)
+    assert [i.value for i in follow.intents] == carried_intents(d)
+
+
+# ------------------------------------------------------------------------------ evaluation
+def test_conversation_files_are_checked_with_their_line(tmp_path):
+    bad = tmp_path / "c.jsonl"
+    bad.write_text(
+        json.dumps({"turns": [{"text": "find the deck", "label": "SEARCH"}]})
+        + "\n"
+        + json.dumps({"turns": [{"text": "a", "label": "SEARCH"}, {"text": "thanks", "label": "SEARCH", "kind": "thanks"}]})
+        + "\n"
+    )
+    with pytest.raises(DataError, match=r"c.jsonl:1: .*at least two turns"):
+        load_conversations(bad)
+    bad.write_text(bad.read_text().splitlines()[1] + "\n")
+    with pytest.raises(DataError, match=r"c.jsonl:1: turn 2: a social turn .* OUT_OF_SCOPE"):
+        load_conversations(bad)
+
+
+def test_conversation_metrics_count_each_kind_of_turn(router, tmp_path):
+    f = tmp_path / "c.jsonl"
+    convs = [
+        [(RESTART, "ACTION", None), ("thanks!", "OUT_OF_SCOPE", "thanks")],
+        [(RESTART, "ACTION", None), ("the same for the EU cluster", "ACTION", "slot_change")],
+        [("find the Q3 board deck", "SEARCH", None), ("now forward it to the whole team", "ACTION", "switch")],
+        # a wrong expectation, so that a miss is counted and listed
+        [("find the Q3 board deck", "SEARCH", None), ("the one from March", "PLANNING", "selection")],
+    ]
+    f.write_text(
+        "".join(
+            json.dumps({"turns": [{"text": t, "label": lab, **({"kind": k} if k else {})} for t, lab, k in c]}) + "\n"
+            for c in convs
+        )
+    )
+    m = conversation_metrics(router, load_conversations(f))
+    assert m["social"] == {"n": 1, "not_routed": 1.0}
+    assert m["continuation"]["n"] == 2 and m["continuation"]["resolved"] == 0.5
+    assert m["continuation"]["routed_without_previous"] == 0.0
+    assert m["switch"] == {"n": 1, "kept": 1.0} and m["requests"]["accuracy"] == 1.0
+    (miss,) = m["misses"]
+    assert miss["line"] == 4 and miss["expected"] == "PLANNING" and miss["routed"] == ["SEARCH"]
+
+
+@pytest.mark.slow
+def test_eval_reports_conversations_and_the_gate_holds_their_floors(tmp_path):
+    from eval.evaluator import run_evaluation
+    from eval.gate import make_baseline, run_gate
+
+    data = ROOT / "data"
+    report = run_evaluation(
+        SHIPPED, data / "test.jsonl", conversations=data / "conversations" / "test.jsonl", max_latency_samples=0
+    )
+    cv = report["conversation"]
+    assert cv["conversations"] > 200 and cv["social"]["n"] > 80 and cv["continuation"]["n"] > 100
+    baseline = make_baseline(report)
+    assert set(baseline["conversation"]) == {"social_not_routed", "continuations_resolved", "switches_kept"}
+    assert all(c.passed for c in run_gate(report, baseline) if c.name.startswith("conversation."))
+    worse = json.loads(json.dumps(report))
+    worse["conversation"]["social"]["not_routed"] -= 0.1
+    failed = [c.name for c in run_gate(worse, baseline) if not c.passed]
+    assert failed == ["conversation.social_not_routed"]
+
+
+# --------------------------------------------------------------------- serve and score
+@pytest.mark.slow
+def test_serve_reads_a_message_after_the_previous_turn(tmp_path):
+    pytest.importorskip("fastapi")
+    from tests.test_serve import Server
+
+    s = Server(tmp=tmp_path)
+    try:
+        first = s.route({"role": "admin", "message": RESTART}).json()["decisions"][0]
+        by_decision = s.route(
+            {"role": "admin", "message": "the same for the EU cluster", "previous": {"decision": first}}
+        )
+        (d,) = by_decision.json()["decisions"]
+        assert (d["intent"], d["reason_code"], d["requires_confirmation"]) == ("ACTION", "follow_up", True)
+        (d,) = s.route(
+            {"role": "admin", "message": "the same for the EU cluster", "previous": {"message": RESTART}}
+        ).json()["decisions"]
+        assert d["intent"] == "ACTION" and d["trace"][-2]["detail"]["from"] == "previous_message"
+        (d,) = s.route({"role": "admin", "message": "thanks!", "previous": {"decision": first}}).json()["decisions"]
+        assert d["intent"] is None and d["skills"] == {"required": [], "optional": []}
+        assert d["conversation_intents"] == ["ACTION"]
+        empty = s.route({"role": "admin", "message": "yes", "previous": {}})
+        assert empty.status_code == 422 and "previous" in empty.json()["error"]["message"]
+        schema = s.client.get("/openapi.json").json()
+        assert "previous" in json.dumps(schema)
+    finally:
+        s.stop()
+
+
+def test_score_reads_each_row_after_its_previous_message(tmp_path):
+    pytest.importorskip("pyarrow")
+    from eval.score import ScoreOptions, score_file
+
+    rows = [
+        {"text": "the same for the EU cluster", "prev": RESTART},
+        {"text": "the same for the EU cluster"},
+        {"text": "thanks!", "prev": RESTART},
+        {"text": "find the travel policy", "prev": None},
+    ]
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    inp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    opts = ScoreOptions(role="admin", context_column="prev", model_dir=str(SHIPPED))
+    score_file(inp, out, opts, progress=False)
+    got = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(g["intent"], g["reason_code"]) for g in got] == [
+        ("ACTION", "follow_up"),
+        (None, "needs_context"),
+        (None, "out_of_scope"),
+        ("SEARCH", "confident"),
+    ]
