@@ -114,7 +114,7 @@ def conversation_metrics(router, conversations: list[Conversation], role: str = 
     by_kind: dict[str, list[bool]] = {}
     reasons: Counter = Counter()
     alone_routed: list[bool] = []
-    ms = {"request": [], "continuation": []}
+    ms = {"request": [], "continuation": [], "continuation_after_message": []}
     misses = []
     for conv in conversations:
         previous = None
@@ -132,6 +132,10 @@ def conversation_metrics(router, conversations: list[Conversation], role: str = 
                 ms[turn.role].append(d.latency.total_ms)
             if turn.role == "continuation":
                 alone_routed.append(router.route(turn.text, role).intent is not None)
+                # the same turn with only the previous message as context: that message is routed too
+                ms["continuation_after_message"].append(
+                    router.route(turn.text, role, context=conv.turns[i - 1].text).latency.total_ms
+                )
             if not ok and len(misses) < MAX_MISSES:
                 misses.append(
                     {

@@ -426,8 +426,11 @@ def conversation_lines(cv: dict | None) -> list[str]:
             ],
             [f"intent switches: their own intent kept (n={w['n']})", _pct(w["kept"])],
             [
-                "median route() ms: first turns / continuations",
-                " / ".join(_f(cv["median_ms"][k], 2) for k in ("request", "continuation")),
+                "median route() ms: first turns / continuations after a Decision / after a message",
+                " / ".join(
+                    _f(cv["median_ms"].get(k), 2)
+                    for k in ("request", "continuation", "continuation_after_message")
+                ),
             ],
         ],
     )

@@ -100,7 +100,8 @@ class Decision(BaseModel):
     )
     confidence: float | None = Field(
         description="Calibrated probability of the classifier's top label (an intent, out of scope, or a "
-        "continuation of the previous turn)."
+        "continuation of the previous turn); after a previous turn, as read with the conversation's prior "
+        "(router.conversation.with_prior)."
     )
     ranking: list[RankedIntent] = Field(
         default_factory=list, description="The five intents by calibrated probability."

@@ -12,11 +12,14 @@ from router.classifier import Classification, Classifier
 from router.compound import compound_confidence
 from router.config import RouterConfig, validate_threshold
 from router.conversation import (
+    CONTEXT_WEIGHT,
     carried_intents,
+    conversation_after,
+    in_context,
     is_continuation,
     knows_continuations,
-    leans_to_continuation,
     resolve_context,
+    with_prior,
 )
 from router.decision import Decision, ReasonCode
 from router.grants import SkillGrants
@@ -231,15 +234,34 @@ class Router:
             step("classifier", "ok", detail, round(c.tokenize_ms + c.inference_ms, 4)),
         ]
         latency = {"tokenize_ms": round(c.tokenize_ms, 4), "inference_ms": round(c.inference_ms, 4)}
+        turn = (previous, context, role)  # what a continuation is read with (router.conversation)
+        if self.conversational and (previous is not None or context):
+            c = with_prior(c)  # read after a turn: the odds of a continuation are higher
+            prior = {"label": c.label, "confidence": round(c.confidence, 6), "weight": CONTEXT_WEIGHT}
+            trace.append(step("conversation", "prior", prior))
         scope = self._scope(c)
         signals = scope["signals"]
         turn = (previous, context, role)  # what a continuation is read with (router.conversation)
+        primary = c.intents[0] if c.intents else c.label  # a compound request: its end goal first
+        secondary = c.intents[1] if len(c.intents) > 1 else None
+        probs = dict(c.ranking)
+        pair = compound_confidence(probs, c.intents, c.clauses)
+        sure = c.confidence >= self.threshold or pair >= self.threshold
+        own = not signals and primary not in RESERVED and sure  # its own intent, confidently
         if self.conversational:
             if is_continuation(c.label, c.confidence, self.threshold):
                 return self._continuation(c, scope, turn, info, latency, trace)
-            # small talk is out of scope whatever came before; an unsure message may still continue
-            follow_up = (previous is not None or bool(context)) and leans_to_continuation(c.ranking)
-            out_of_scope = bool(signals)
+            follow_up, out_of_scope = False, bool(signals)
+            has_turn = previous is not None or bool(context)
+            # small talk is out of scope whatever came before; any other message that is not sure of its
+            # own intent is read after the previous turn (router.conversation.in_context)
+            ctx = self._context(turn) if has_turn and not own and "classifier" not in signals else None
+            if ctx is not None:
+                best, mass = in_context(c.ranking, ctx.intents[0])
+                if best == ctx.intents[0] and mass >= self.threshold:
+                    return self._continuation(c, scope, turn, info, latency, trace, ctx, mass)
+                follow_up = best == ctx.intents[0]
+                out_of_scope = bool(signals) and best is None
         else:  # a model without the label: out of scope or unsure right after a turn may continue it
             follow_up = previous is not None and previous.intent is not None
             out_of_scope = bool(signals) and not follow_up
@@ -247,12 +269,7 @@ class Router:
         if out_of_scope:
             trace.append(step("scope", "out_of_scope", {"signals": signals}))
             return self._out_of_scope(c, scope, "classifier", role, info, latency, trace, previous)
-        primary = c.intents[0] if c.intents else c.label  # a compound request: its end goal first
-        secondary = c.intents[1] if len(c.intents) > 1 else None
-        probs = dict(c.ranking)
-        pair = compound_confidence(probs, c.intents, c.clauses)
-        sure = c.confidence >= self.threshold or pair >= self.threshold
-        if not signals and primary not in RESERVED and sure:
+        if own:
             detail = {"threshold": self.threshold}
             reason = ReasonCode.CONFIDENT
             if c.confidence < self.threshold:  # unsure only between the two intents the message asks for
@@ -289,11 +306,12 @@ class Router:
         previous, context, role = turn
         return resolve_context(previous, context, lambda m: [i.value for i in self.route(m, role).intents])
 
-    def _continuation(self, c, scope, turn, info, latency, trace) -> Decision:
-        """A continuation at or above the threshold: the conversation's intents, or, with no previous turn
-        to read it with, no intent and no skill (reason ``needs_context``)."""
+    def _continuation(self, c, scope, turn, info, latency, trace, ctx=None, mass=None) -> Decision:
+        """A continuation at or above the threshold (or, read in context, a message whose continuation
+        and conversation-intent probabilities together reach it: ``mass``): the conversation's intents,
+        or, with no previous turn to read it with, no intent and no skill (reason ``needs_context``)."""
         previous, _, role = turn
-        ctx = self._context(turn)
+        ctx = ctx or self._context(turn)
         if ctx is None:
             trace.append(step("conversation", "no_context"))
             message = (
@@ -313,7 +331,8 @@ class Router:
                 latency,
                 previous,
             )
-        trace.append(step("conversation", "continuation", ctx.detail()))
+        detail = ctx.detail() if mass is None else {**ctx.detail(), "in_context": round(mass, 6)}
+        trace.append(step("conversation", "continuation", detail))
         reason = ReasonCode.FOLLOW_UP_IN_CONTEXT
         return self._routed(
             c, list(ctx.intents), "classifier", reason, role, info, scope, latency, trace, previous
@@ -325,13 +344,14 @@ class Router:
         g = self._grants.get(role, tuple(intents))
         rbac = {"granted": [*g.required, *g.optional], "denied": [d["skill"] for d in g.denied]}
         trace.append(step("rbac", "ok" if g.servable else "required_denied", rbac))
+        rank = ranking(c)
         return Decision.model_validate(
             dict(
                 intent=intent,
                 intents=intents,
-                conversation_intents=intents or carried_intents(previous),
+                conversation_intents=conversation_after(intents, previous, rank, source == "fallback"),
                 confidence=c.confidence,
-                ranking=ranking(c),
+                ranking=rank,
                 scope=scope,
                 source=source,
                 reason_code=reason,

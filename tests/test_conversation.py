@@ -9,7 +9,7 @@ import pytest
 
 from eval.conversation import conversation_metrics, load_conversations
 from eval.data import DataError
-from router.conversation import carried_intents, leans_to_continuation, resolve_context
+from router.conversation import carried_intents, in_context, resolve_context
 from router.routing import Router
 from tests.conftest import ROOT, SHIPPED
 
@@ -29,12 +29,13 @@ def after_action(router):
 
 
 # ------------------------------------------------------------------------------- the rules
-def test_leaning_to_a_continuation_below_the_threshold():
-    assert leans_to_continuation([("CONTINUATION", 0.5), ("ACTION", 0.4), ("OUT_OF_SCOPE", 0.1)])
-    assert leans_to_continuation([("ACTION", 0.45), ("CONTINUATION", 0.35), ("OUT_OF_SCOPE", 0.2)])
-    assert not leans_to_continuation([("OUT_OF_SCOPE", 0.55), ("CONTINUATION", 0.4)])
-    assert not leans_to_continuation([("ACTION", 0.7), ("CONTINUATION", 0.2)])
-    assert not leans_to_continuation([])
+def test_in_context_a_continuation_adds_to_the_conversations_intent():
+    ranking = [("ACTION", 0.45), ("CONTINUATION", 0.35), ("PLANNING", 0.1), ("OUT_OF_SCOPE", 0.1)]
+    best, mass = in_context(ranking, "PLANNING")
+    assert best == "PLANNING" and mass == pytest.approx(0.45)
+    assert in_context(ranking, "ACTION") == ("ACTION", pytest.approx(0.8))
+    best, mass = in_context([("OUT_OF_SCOPE", 0.55), ("CONTINUATION", 0.3), ("SEARCH", 0.15)], "SEARCH")
+    assert best is None and mass == pytest.approx(0.55)
 
 
 def test_the_context_comes_from_the_decision_before_the_message():
@@ -64,7 +65,7 @@ def test_a_continuation_after_an_action_keeps_action_and_its_confirmation(router
     d = router.route(text, role="admin", previous=after_action)
     assert d.intent.value == "ACTION" and d.reason_code.value == "follow_up", (text, d.brief())
     assert d.requires_confirmation and "action" in d.skills.required
-    step = next(s for s in d.trace if s.stage == "conversation")
+    step = next(s for s in d.trace if s.stage == "conversation" and s.status == "continuation")
     assert step.detail == {"intents": ["ACTION"], "from": "previous_decision"}
 
 
@@ -77,7 +78,7 @@ def test_a_continuation_without_a_previous_turn_needs_context(router):
 def test_the_previous_message_alone_is_context_enough(router):
     d = router.route("the same for the EU cluster", role="admin", context=RESTART)
     assert d.intent.value == "ACTION" and d.reason_code.value == "follow_up"
-    step = next(s for s in d.trace if s.stage == "conversation")
+    step = next(s for s in d.trace if s.stage == "conversation" and s.status == "continuation")
     assert step.detail["from"] == "previous_message" and step.detail["message_chars"] == len(RESTART)
 
 
@@ -102,7 +103,8 @@ def test_a_continuation_after_small_talk_finds_the_request_before_it(router):
 def test_a_single_message_pays_nothing_for_conversations(router):
     """No context is routed for a message that is not a continuation."""
     d = router.route(RESTART, role="admin", context="find the travel policy")
-    assert d.intent.value == "ACTION" and not any(s.stage == "conversation" for s in d.trace)
+    assert d.intent.value == "ACTION" and d.reason_code.value == "confident"
+    assert [s.status for s in d.trace if s.stage == "conversation"] == ["prior"]  # no context was routed
 
 
 def test_context_must_be_text(router):
@@ -124,7 +126,14 @@ def test_conversation_files_are_checked_with_their_line(tmp_path):
     bad.write_text(
         json.dumps({"turns": [{"text": "find the deck", "label": "SEARCH"}]})
         + "\n"
-        + json.dumps({"turns": [{"text": "a", "label": "SEARCH"}, {"text": "thanks", "label": "SEARCH", "kind": "thanks"}]})
+        + json.dumps(
+            {
+                "turns": [
+                    {"text": "a", "label": "SEARCH"},
+                    {"text": "thanks", "label": "SEARCH", "kind": "thanks"},
+                ]
+            }
+        )
         + "\n"
     )
     with pytest.raises(DataError, match=r"c.jsonl:1: .*at least two turns"):
@@ -139,13 +148,19 @@ def test_conversation_metrics_count_each_kind_of_turn(router, tmp_path):
     convs = [
         [(RESTART, "ACTION", None), ("thanks!", "OUT_OF_SCOPE", "thanks")],
         [(RESTART, "ACTION", None), ("the same for the EU cluster", "ACTION", "slot_change")],
-        [("find the Q3 board deck", "SEARCH", None), ("now forward it to the whole team", "ACTION", "switch")],
+        [
+            ("find the Q3 board deck", "SEARCH", None),
+            ("now forward it to the whole team", "ACTION", "switch"),
+        ],
         # a wrong expectation, so that a miss is counted and listed
         [("find the Q3 board deck", "SEARCH", None), ("the one from March", "PLANNING", "selection")],
     ]
     f.write_text(
         "".join(
-            json.dumps({"turns": [{"text": t, "label": lab, **({"kind": k} if k else {})} for t, lab, k in c]}) + "\n"
+            json.dumps(
+                {"turns": [{"text": t, "label": lab, **({"kind": k} if k else {})} for t, lab, k in c]}
+            )
+            + "\n"
             for c in convs
         )
     )
@@ -165,7 +180,10 @@ def test_eval_reports_conversations_and_the_gate_holds_their_floors(tmp_path):
 
     data = ROOT / "data"
     report = run_evaluation(
-        SHIPPED, data / "test.jsonl", conversations=data / "conversations" / "test.jsonl", max_latency_samples=0
+        SHIPPED,
+        data / "test.jsonl",
+        conversations=data / "conversations" / "test.jsonl",
+        max_latency_samples=0,
     )
     cv = report["conversation"]
     assert cv["conversations"] > 200 and cv["social"]["n"] > 80 and cv["continuation"]["n"] > 100
@@ -195,8 +213,10 @@ def test_serve_reads_a_message_after_the_previous_turn(tmp_path):
         (d,) = s.route(
             {"role": "admin", "message": "the same for the EU cluster", "previous": {"message": RESTART}}
         ).json()["decisions"]
-        assert d["intent"] == "ACTION" and d["trace"][-2]["detail"]["from"] == "previous_message"
-        (d,) = s.route({"role": "admin", "message": "thanks!", "previous": {"decision": first}}).json()["decisions"]
+        assert d["intent"] == "ACTION" and d["trace"][-2]["detail"]["from"] == "previous_message", d["trace"]
+        (d,) = s.route({"role": "admin", "message": "thanks!", "previous": {"decision": first}}).json()[
+            "decisions"
+        ]
         assert d["intent"] is None and d["skills"] == {"required": [], "optional": []}
         assert d["conversation_intents"] == ["ACTION"]
         empty = s.route({"role": "admin", "message": "yes", "previous": {}})

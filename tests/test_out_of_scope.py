@@ -67,35 +67,46 @@ def test_distance_signal_alone_calls_a_message_out_of_scope(router):
     assert d.scope.distance > d.scope.distance_threshold
 
 
-def test_follow_up_without_verifier_keeps_previous_intent(router):
+def test_a_bare_yes_continues_the_previous_turn_and_needs_it(router):
     prev = router.route("draft a step by step plan for migrating our wiki to confluence", role="analyst")
     assert prev.intent.value == "PLANNING"
     d = router.route("yes", role="analyst", previous=prev)
-    assert d.intent.value == "PLANNING" and d.reason_code.value == "follow_up_unverified"
+    assert d.intent.value == "PLANNING" and d.reason_code.value == "follow_up"
     assert d.skills.required == prev.skills.required
-    alone = router.route("yes", role="analyst")  # without a previous turn it is chit-chat
-    assert alone.intent is None and alone.reason_code.value in ("out_of_scope", "no_verifier")
+    alone = router.route("yes", role="analyst")  # without a previous turn there is nothing to continue
+    assert alone.intent is None and alone.reason_code.value == "needs_context" and alone.skills.all == []
 
 
-def test_follow_up_goes_to_the_verifier_which_sees_the_previous_turn(router, verifier_server):
+def test_an_unsure_follow_up_goes_to_the_verifier_which_sees_the_previous_turn(router, verifier_server):
     verifier_server.push('{"intent": "PLANNING", "reason_code": "same_domain_follow_up"}')
-    r = Router(router.classifier, router.config, verifier=_verifier(verifier_server))
+    # a threshold above the continuation's confidence: the message is unsure, and leans to a continuation
+    r = Router(router.classifier, router.config, verifier=_verifier(verifier_server), threshold=0.9999)
     prev = router.route("draft a step by step plan for migrating our wiki to confluence", role="analyst")
-    d = r.route("ok do it", role="analyst", previous=prev)
+    d = r.route("ok do it", role="analyst", previous=prev, context="draft a step by step plan for the wiki")
     assert (d.intent.value, d.source, d.reason_code.value) == (
         "PLANNING",
         "verifier",
         "follow_up_kept_previous",
     )
     sent = verifier_server.chat_requests()
-    assert len(sent) == 1 and "PLANNING" in json.dumps(sent[0].body)  # the previous decision is in the prompt
+    body = json.dumps(sent[0].body)
+    assert len(sent) == 1 and "PLANNING" in body  # the previous decision is in the prompt
+    assert "draft a step by step plan for the wiki" in body  # and the previous message
+
+
+def test_small_talk_after_a_request_stays_out_of_scope_without_a_verifier_call(router, verifier_server):
+    r = Router(router.classifier, router.config, verifier=_verifier(verifier_server))
+    prev = router.route("find the 2025 travel policy", role="viewer")
+    d = r.route("haha nice", role="viewer", previous=prev)
+    assert (d.intent, d.source, d.reason_code.value) == (None, "classifier", "out_of_scope")
+    assert d.skills.all == [] and verifier_server.chat_requests() == []
 
 
 def test_verifier_may_answer_out_of_scope(router, verifier_server):
     verifier_server.push('{"intent": "OUT_OF_SCOPE", "reason_code": "other"}')
-    r = Router(router.classifier, router.config, verifier=_verifier(verifier_server))
+    r = Router(router.classifier, router.config, verifier=_verifier(verifier_server), threshold=0.9999)
     prev = router.route("find the 2025 travel policy", role="viewer")
-    d = r.route("haha nice", role="viewer", previous=prev)
+    d = r.route("could you maybe look into it", role="viewer", previous=prev)
     assert (d.intent, d.source, d.reason_code.value) == (None, "verifier", "out_of_scope")
     assert d.skills.all == [] and "verifier" in d.scope.signals
 
