@@ -51,18 +51,25 @@ def is_continuation(label: str, confidence: float, threshold: float) -> bool:
     return label == CONTINUATION and confidence >= threshold
 
 
-# After a request, a message is about as likely to continue it as to be small talk, while a model learns
-# its classes' odds from its training rows: the shipped corpus has about 2.5 OUT_OF_SCOPE rows to each
-# CONTINUATION row. With a previous turn, the continuation class is weighted by this factor and the
-# probabilities normalised again (a change of prior); fitted on data/conversations/dev.jsonl.
-CONTEXT_WEIGHT = 2.5
+# After a request, a message is taken to be as likely to continue it as to be small talk, while a model
+# learns its classes' odds from its training rows (the shipped corpus has about two OUT_OF_SCOPE rows to
+# each CONTINUATION row). With a previous turn, the continuation class is weighted by the ratio of the two
+# in the model's training data (``context_weight``) and the probabilities normalised again: a change of
+# prior. A model whose manifest does not count its rows gets DEFAULT_CONTEXT_WEIGHT.
+DEFAULT_CONTEXT_WEIGHT = 2.0
 
 
-def with_prior(c, weight: float | None = None):
+def context_weight(label_counts: dict[str, int] | None) -> float:
+    """OUT_OF_SCOPE rows per CONTINUATION row in the training data (at least 1), from the manifest."""
+    counts = label_counts or {}
+    oos, cont = counts.get(OUT_OF_SCOPE, 0), counts.get(CONTINUATION, 0)
+    return max(1.0, oos / cont) if oos and cont else DEFAULT_CONTEXT_WEIGHT
+
+
+def with_prior(c, weight: float):
     """The Classification ``c`` as read after a previous turn: its continuation probability times
-    ``weight`` (default CONTEXT_WEIGHT), all probabilities normalised again, label and confidence those of
-    the new top label."""
-    w = CONTEXT_WEIGHT if weight is None else weight
+    ``weight``, all probabilities normalised again, label and confidence those of the new top label."""
+    w = weight
     probs = dict(c.ranking)
     p = probs.get(CONTINUATION)
     if not p or w == 1.0:

@@ -105,6 +105,7 @@ class Hyperparameters(_Section):
 class TrainingData(_Section):
     files: dict[str, str] = Field(default_factory=dict)  # path -> sha256
     rows: dict[str, int] = Field(default_factory=dict)  # split -> rows
+    label_counts: dict[str, int] = Field(default_factory=dict)  # label -> training rows (its prior)
 
 
 class TrainingInfo(_Section):

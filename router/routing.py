@@ -12,8 +12,8 @@ from router.classifier import Classification, Classifier
 from router.compound import compound_confidence
 from router.config import RouterConfig, validate_threshold
 from router.conversation import (
-    CONTEXT_WEIGHT,
     carried_intents,
+    context_weight,
     conversation_after,
     in_context,
     is_continuation,
@@ -66,6 +66,8 @@ class Router:
         if unknown:
             raise ValueError(f"the model predicts labels the router does not know: {sorted(unknown)}")
         self.conversational = knows_continuations(classifier.labels)
+        data = classifier.manifest.training.data
+        self.context_weight = context_weight(data.label_counts if data is not None else None)
 
     @classmethod
     def load(
@@ -236,8 +238,12 @@ class Router:
         latency = {"tokenize_ms": round(c.tokenize_ms, 4), "inference_ms": round(c.inference_ms, 4)}
         turn = (previous, context, role)  # what a continuation is read with (router.conversation)
         if self.conversational and (previous is not None or context):
-            c = with_prior(c)  # read after a turn: the odds of a continuation are higher
-            prior = {"label": c.label, "confidence": round(c.confidence, 6), "weight": CONTEXT_WEIGHT}
+            c = with_prior(c, self.context_weight)  # after a turn, the odds of a continuation are higher
+            prior = {
+                "label": c.label,
+                "confidence": round(c.confidence, 6),
+                "weight": round(self.context_weight, 4),
+            }
             trace.append(step("conversation", "prior", prior))
         scope = self._scope(c)
         signals = scope["signals"]

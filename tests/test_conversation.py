@@ -9,7 +9,8 @@ import pytest
 
 from eval.conversation import conversation_metrics, load_conversations
 from eval.data import DataError
-from router.conversation import carried_intents, in_context, resolve_context
+from router.classifier import Classification
+from router.conversation import carried_intents, context_weight, in_context, resolve_context, with_prior
 from router.routing import Router
 from tests.conftest import ROOT, SHIPPED
 
@@ -30,12 +31,23 @@ def after_action(router):
 
 # ------------------------------------------------------------------------------- the rules
 def test_in_context_a_continuation_adds_to_the_conversations_intent():
-    ranking = [("ACTION", 0.45), ("CONTINUATION", 0.35), ("PLANNING", 0.1), ("OUT_OF_SCOPE", 0.1)]
+    ranking = [("ACTION", 0.4), ("CONTINUATION", 0.4), ("PLANNING", 0.1), ("OUT_OF_SCOPE", 0.1)]
     best, mass = in_context(ranking, "PLANNING")
-    assert best == "PLANNING" and mass == pytest.approx(0.45)
+    assert best == "PLANNING" and mass == pytest.approx(0.5)
     assert in_context(ranking, "ACTION") == ("ACTION", pytest.approx(0.8))
     best, mass = in_context([("OUT_OF_SCOPE", 0.55), ("CONTINUATION", 0.3), ("SEARCH", 0.15)], "SEARCH")
     assert best is None and mass == pytest.approx(0.55)
+
+
+def test_after_a_turn_the_continuation_class_weighs_its_training_prior():
+    assert context_weight({"OUT_OF_SCOPE": 1346, "CONTINUATION": 695}) == pytest.approx(1346 / 695)
+    assert context_weight({"OUT_OF_SCOPE": 10, "CONTINUATION": 40}) == 1.0  # never below even odds
+    assert context_weight({}) == context_weight(None) == 2.0  # a manifest that does not count its rows
+    c = Classification("OUT_OF_SCOPE", 0.6, [("OUT_OF_SCOPE", 0.6), ("CONTINUATION", 0.4)])
+    read = with_prior(c, 2.0)
+    assert read.label == "CONTINUATION" and read.confidence == pytest.approx(0.8 / 1.4)
+    assert sum(p for _, p in read.ranking) == pytest.approx(1.0)
+    assert with_prior(c, 1.0) is c
 
 
 def test_the_context_comes_from_the_decision_before_the_message():

@@ -137,6 +137,9 @@ def train(
                     "test": len(test_rows) if test_rows else 0,
                     **{f"compound_{k}": len(r) for k, r in compound.items() if r is not None},
                 },
+                "label_counts": {
+                    label: train_rows.labels.count(label) for label in sorted(set(train_rows.labels))
+                },
             },
             "versions": package_versions(VERSIONED_PACKAGES),
             "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
