@@ -51,11 +51,12 @@ def is_continuation(label: str, confidence: float, threshold: float) -> bool:
     return label == CONTINUATION and confidence >= threshold
 
 
-# After a request, a message is taken to be as likely to continue it as to be small talk, while a model
-# learns its classes' odds from its training rows (the shipped corpus has about two OUT_OF_SCOPE rows to
-# each CONTINUATION row). With a previous turn, the continuation class is weighted by the ratio of the two
-# in the model's training data (``context_weight``) and the probabilities normalised again: a change of
-# prior. A model whose manifest does not count its rows gets DEFAULT_CONTEXT_WEIGHT.
+# After a request, a message that asks for no intent of its own is taken to be as likely to continue it as
+# to be small talk, while a model learns those odds from its training rows (the shipped corpus has about
+# two OUT_OF_SCOPE rows to each CONTINUATION row). With a previous turn, the two classes' shares of their
+# joint probability are re-weighted by the ratio of their training rows (``context_weight``): a change of
+# prior between them that leaves every intent's probability as it is. A model whose manifest does not
+# count its rows gets DEFAULT_CONTEXT_WEIGHT.
 DEFAULT_CONTEXT_WEIGHT = 2.0
 
 
@@ -67,17 +68,18 @@ def context_weight(label_counts: dict[str, int] | None) -> float:
 
 
 def with_prior(c, weight: float):
-    """The Classification ``c`` as read after a previous turn: its continuation probability times
-    ``weight``, all probabilities normalised again, label and confidence those of the new top label."""
-    w = weight
+    """The Classification ``c`` as read after a previous turn: the probability that it is a continuation
+    or small talk, split between the two with the continuation's odds times ``weight``; label and
+    confidence those of the new top label."""
     probs = dict(c.ranking)
-    p = probs.get(CONTINUATION)
-    if not p or w == 1.0:
+    p_cont, p_oos = probs.get(CONTINUATION, 0.0), probs.get(OUT_OF_SCOPE, 0.0)
+    if not p_cont or weight == 1.0:
         return c
-    z = 1.0 + (w - 1.0) * p
-    ranking = sorted(
-        ((k, (v * w if k == CONTINUATION else v) / z) for k, v in probs.items()), key=lambda kv: -kv[1]
-    )
+    joint, odds = p_cont + p_oos, weight * p_cont
+    probs[CONTINUATION] = joint * odds / (odds + p_oos)
+    if OUT_OF_SCOPE in probs:
+        probs[OUT_OF_SCOPE] = joint * p_oos / (odds + p_oos)
+    ranking = sorted(probs.items(), key=lambda kv: -kv[1])
     return replace(c, label=ranking[0][0], confidence=ranking[0][1], ranking=ranking)
 
 

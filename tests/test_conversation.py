@@ -43,9 +43,10 @@ def test_after_a_turn_the_continuation_class_weighs_its_training_prior():
     assert context_weight({"OUT_OF_SCOPE": 1346, "CONTINUATION": 695}) == pytest.approx(1346 / 695)
     assert context_weight({"OUT_OF_SCOPE": 10, "CONTINUATION": 40}) == 1.0  # never below even odds
     assert context_weight({}) == context_weight(None) == 2.0  # a manifest that does not count its rows
-    c = Classification("OUT_OF_SCOPE", 0.6, [("OUT_OF_SCOPE", 0.6), ("CONTINUATION", 0.4)])
+    c = Classification("OUT_OF_SCOPE", 0.5, [("OUT_OF_SCOPE", 0.5), ("CONTINUATION", 0.3), ("ACTION", 0.2)])
     read = with_prior(c, 2.0)
-    assert read.label == "CONTINUATION" and read.confidence == pytest.approx(0.8 / 1.4)
+    assert read.label == "CONTINUATION" and read.confidence == pytest.approx(0.8 * 0.6 / 1.1)
+    assert dict(read.ranking)["ACTION"] == 0.2  # an intent's probability stays as it is
     assert sum(p for _, p in read.ranking) == pytest.approx(1.0)
     assert with_prior(c, 1.0) is c
 

@@ -37,7 +37,7 @@ class TrainConfig(BaseModel):
     batch_size: int = Field(32, ge=2)
     num_epochs: int = Field(1, ge=1)
     max_steps: int = Field(
-        460, description="Cap on contrastive steps; -1 for no cap (then num_iterations/epochs decide)."
+        560, description="Cap on contrastive steps; -1 for no cap (then num_iterations/epochs decide)."
     )
     num_iterations: int | None = Field(None, description="SetFit pairs per example; None uses oversampling.")
     sampling_strategy: str = "oversampling"
