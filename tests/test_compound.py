@@ -109,12 +109,13 @@ def test_the_split_lookahead_only_skips_positions_no_joiner_can_start_at():
     from router import clauses
 
     plain = re.compile(clauses._ALTERNATIVES, re.IGNORECASE)
-    texts = [
-        json.loads(line)["text"]
+    rows = [
+        json.loads(line)
         for path in sorted((ROOT / "data").rglob("*.jsonl"))
         for line in path.read_text(encoding="utf-8").splitlines()
         if line.strip()
     ]
+    texts = [t["text"] for row in rows for t in row.get("turns", [row])]  # conversations: every turn
     assert len(texts) > 5000
     rng = random.Random(0)
     pieces = [*clauses._JOINERS, *clauses._SUBJECT_JOINERS, *"ab ,;?!.+&->=ItTAPOBifné_1\u00a0"]

@@ -130,13 +130,12 @@ def test_portable_rowscaled_int8_computes_the_same_integers_on_every_cpu(tmp_pat
 def test_keep_recipes_come_between_the_fast_and_the_faithful_one():
     from training.quantize import ALL_RECIPES, DEFAULT_RECIPES, RECIPES, kept_count
 
+    faithful = ("fused-nbits8-b32", "fused-nbits8-b32-fp32emb", "nbits8-b32")
     for order in (DEFAULT_RECIPES, ALL_RECIPES):
-        assert order[0] == "rowscaled-int8" and order[-2:] == ("fused-nbits8-b32", "nbits8-b32")
-    counts = [kept_count(r) for r in ALL_RECIPES[1:-2]]
+        assert order[0] == "rowscaled-int8" and order[-3:] == faithful
+    counts = [kept_count(r) for r in ALL_RECIPES[1:-3]]
     assert counts == sorted(counts) and counts[0] > 0
-    assert (
-        set(ALL_RECIPES) == set(RECIPES) and kept_count("nbits8-b32") == kept_count("fused-nbits8-b32") == 0
-    )
+    assert set(ALL_RECIPES) == set(RECIPES) and all(kept_count(r) == 0 for r in faithful)
 
 
 def test_unknown_recipe_is_refused_before_any_work(tmp_path):

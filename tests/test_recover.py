@@ -59,18 +59,25 @@ def test_a_matmulnbits_weight_comes_back_as_onnxruntime_computes_it(bits, symmet
 
 def test_the_shipped_models_body_is_recovered_from_its_int8_graph(tmp_path):
     """The default model ships without its checkpoint. Its body comes back from model.int8.onnx: the fused
-    attention's Q, K and V in fp32, 18 MatMulNBits weights and three uint8 embedding tables dequantized, and
-    it embeds text as the graph does (the graph's activations are int8 too, hence not exactly). The base
-    model's own body, given the same check, is far off: the check can tell a wrong recovery."""
+    attention's Q, K and V and the embedding tables in fp32, 18 MatMulNBits weights dequantized, and it
+    embeds text as the graph does (the graph's activations are int8 too, hence not exactly). The base
+    model's own body, given the same check, is far off: the check can tell a wrong recovery. The model is
+    read from its shipped files alone (a build also leaves its fp32 graph and checkpoint there)."""
+    import shutil
+
     import onnx
     from sentence_transformers import SentenceTransformer
 
     from training.config import resolve_base_model
     from training.recover import RECOVERY_NOTE, _check, recover_body
 
-    note = recover_body(SHIPPED, tmp_path / "body", report=lambda _: None)
-    assert note["variant"] == "int8" and note["recipe"] == "fused-nbits8-b32"
-    assert note["dequantized"] == 21 and note["weights"] == 101
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    for name in ("manifest.json", "model.int8.onnx", "tokenizer.json"):
+        shutil.copy(SHIPPED / name, shipped / name)
+    note = recover_body(shipped, tmp_path / "body", report=lambda _: None)
+    assert note["variant"] == "int8" and note["recipe"] == "fused-nbits8-b32-fp32emb"
+    assert note["dequantized"] == 18 and note["weights"] == 101
     assert note["kept_from_base"] == ["pooler.dense.bias", "pooler.dense.weight"]
     assert note["min_cosine"] > 0.999
     assert json.loads((tmp_path / "body" / RECOVERY_NOTE).read_text())["graph_sha256"] == note["graph_sha256"]
@@ -189,7 +196,7 @@ def test_a_graph_whose_head_scale_is_not_the_manifests_temperature_is_refused(tm
 
     scale = graph_head(onnx.load(str(SHIPPED / "model.int8.onnx")), "probabilities")[2]
     copy = tmp_path / "model"
-    shutil.copytree(SHIPPED, copy, ignore=shutil.ignore_patterns("checkpoint"))
+    shutil.copytree(SHIPPED, copy, ignore=shutil.ignore_patterns("checkpoint", "model.fp32.onnx"))
     manifest = json.loads((copy / "manifest.json").read_text())
     assert manifest["calibration"]["temperature"] * scale == pytest.approx(1.0)
     manifest["calibration"]["temperature"] *= 1.5
@@ -273,11 +280,12 @@ def test_the_shipped_model_read_back_exports_to_the_same_int8_graph_and_an_fp32_
     from training.readback import recover_model
 
     copy = tmp_path / "model"
-    shutil.copytree(SHIPPED, copy, ignore=shutil.ignore_patterns("checkpoint"))
+    shutil.copytree(SHIPPED, copy, ignore=shutil.ignore_patterns("checkpoint", "model.fp32.onnx"))
     recover_model(copy, copy / "checkpoint", report=lambda _: None)
     texts = [json.loads(line)["text"] for line in (SHIPPED.parent.parent / "data" / "test.jsonl").open()][:48]
-    manifest = export_model(copy, parity_texts=texts, recipes=("fused-nbits8-b32",), report=lambda _: None)
-    assert manifest.export.variants["int8"].recipe == "fused-nbits8-b32"
+    recipe = "fused-nbits8-b32-fp32emb"
+    manifest = export_model(copy, parity_texts=texts, recipes=(recipe,), report=lambda _: None)
+    assert manifest.export.variants["int8"].recipe == recipe
 
     def sha(path):
         return hashlib.sha256(path.read_bytes()).hexdigest()

@@ -17,12 +17,16 @@ All work on any BERT-style encoder the export writes (nothing is tied to the shi
 - ``fused-nbits8-b32`` (faithful): the fused graph, its encoder MatMuls MatMulNBits 8-bit (block 32,
   accuracy_level 4: activations int8 per block of 32), the fused Attention (Q, K, V and the scores) fp32;
   the embedding lookup is left unfused so that its Gather goes dynamic int8 (the table is most of the size).
+- ``fused-nbits8-b32-fp32emb``: the same encoder MatMuls and attention, with the embedding table fp32 and
+  fused (EmbedLayerNormalization): about twice the file, the same compute, and none of the int8 table's
+  rounding (it costs the shipped bodies about 0.04 of max |dp|).
 - ``nbits8-b32``: MatMulNBits 8-bit weights in blocks of 32, accuracy_level 4, on the graph without
   attention fusion, so the Q, K and V projections go int8 too; embedding Gather dynamic int8.
 """
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -48,6 +52,8 @@ RECIPES = {
     "(MatMulInteger, QAttention)",
     "fused-nbits8-b32": "fused attention kept fp32; encoder MatMuls MatMulNBits 8-bit weights, block 32, "
     "symmetric, accuracy_level 4",
+    "fused-nbits8-b32-fp32emb": "fused attention kept fp32; encoder MatMuls MatMulNBits 8-bit weights, "
+    "block 32, symmetric, accuracy_level 4; embedding table fp32",
     "nbits8-b32": "MatMulNBits 8-bit weights, block 32, symmetric, accuracy_level 4; "
     "dynamic int8 embedding Gather",
 }
@@ -59,12 +65,14 @@ for _k in KEEP_STEPS:
 # Fastest first; export keeps the first that passes with margin. The -keepK recipes are opt-in
 # (`export --recipes`): their sensitivity pass costs about a minute and, on the shipped model, they
 # kept less than half of rowscaled-int8's speed-up (docs/speed.md). fused-nbits8-b32 comes before
-# nbits8-b32: it is faster (fused attention) and more faithful (attention in fp32).
-DEFAULT_RECIPES = ("rowscaled-int8", "fused-nbits8-b32", "nbits8-b32")
+# nbits8-b32: it is faster (fused attention) and more faithful (attention in fp32); its fp32-embedding
+# twin, as fast and more faithful again, costs the size of the table.
+DEFAULT_RECIPES = ("rowscaled-int8", "fused-nbits8-b32", "fused-nbits8-b32-fp32emb", "nbits8-b32")
 ALL_RECIPES = (
     "rowscaled-int8",
     *(f"rowscaled-int8-keep{k}" for k in KEEP_STEPS),
     "fused-nbits8-b32",
+    "fused-nbits8-b32-fp32emb",
     "nbits8-b32",
 )
 
@@ -309,20 +317,24 @@ def quantize(
     if rowscaled:
         kept = list(keep)[: kept_count(recipe)]  # fewer when the model has fewer
         _rowscaled(fused, dst, keep=kept, portable=portable, kept_fp32=kept_fp32)
-    else:  # the nbits8 recipes: MatMulNBits, then the embedding Gather dynamic int8
-        fused_recipe = recipe == "fused-nbits8-b32"
+    else:  # the nbits8 recipes: MatMulNBits, then the embedding Gather dynamic int8 (or kept fp32)
+        fused_recipe = recipe.startswith("fused-nbits8-b32")
+        fp32_table = recipe.endswith("-fp32emb")
         heads = _attention_shape(onnx.load(str(fused))) if fused_recipe else None
         with tempfile.TemporaryDirectory(prefix="int8-") as tmp:
             source, staged = plain, Path(tmp) / "matmul_nbits.onnx"
-            if heads is not None:  # fused attention, the embedding lookup left a Gather
+            if heads is not None:  # fused attention; the embedding lookup a Gather unless it stays fp32
                 source = Path(tmp) / "fused.onnx"
-                fuse_transformer(plain, source, *heads, embedding=False)
+                fuse_transformer(plain, source, *heads, embedding=fp32_table)
             model = onnx.load(str(source))
-            # fused-nbits8-b32 keeps to the encoder's MatMuls; nbits8-b32 takes every MatMul
+            # the fused recipes keep to the encoder's MatMuls; nbits8-b32 takes every MatMul
             _nbits(model, staged, transformer_nodes(model, attention=False) if fused_recipe else None)
-            quantize_dynamic(
-                str(staged), str(dst), weight_type=QuantType.QInt8, op_types_to_quantize=["Gather"]
-            )
+            if fp32_table:
+                shutil.copyfile(staged, dst)
+            else:
+                quantize_dynamic(
+                    str(staged), str(dst), weight_type=QuantType.QInt8, op_types_to_quantize=["Gather"]
+                )
     bits = f"; {PORTABLE_WEIGHT_BITS}-bit weights (portable)" if portable and rowscaled else ""
     kept_note = KEPT_FP32 if kept_fp32 and rowscaled and kept_count(recipe) else ""
     return f"{recipe}: {RECIPES[recipe]}{kept_note}{bits}"
