@@ -47,8 +47,16 @@ def knows_continuations(labels: Sequence[str]) -> bool:
     return CONTINUATION in labels
 
 
-def is_continuation(label: str, confidence: float, threshold: float) -> bool:
-    return label == CONTINUATION and confidence >= threshold
+def is_continuation(c, threshold: float, has_turn: bool) -> bool:
+    """A continuation to read in context (or, with no turn before it, to answer ``needs_context``): the
+    continuation class at or above the threshold; with no previous turn also below it, when it leads and
+    the message surely asks for nothing of its own (continuation and out of scope together reach the
+    threshold: a bare "yes" is not a request for the fallback's skills)."""
+    if c.label != CONTINUATION:
+        return False
+    if c.confidence >= threshold:
+        return True
+    return not has_turn and c.confidence + dict(c.ranking).get(OUT_OF_SCOPE, 0.0) >= threshold
 
 
 # After a request, a message that asks for no intent of its own is taken to be as likely to continue it as

@@ -255,10 +255,10 @@ class Router:
         sure = c.confidence >= self.threshold or pair >= self.threshold
         own = not signals and primary not in RESERVED and sure  # its own intent, confidently
         if self.conversational:
-            if is_continuation(c.label, c.confidence, self.threshold):
+            has_turn = previous is not None or bool(context)
+            if is_continuation(c, self.threshold, has_turn):
                 return self._continuation(c, scope, turn, info, latency, trace)
             follow_up, out_of_scope = False, bool(signals)
-            has_turn = previous is not None or bool(context)
             # small talk is out of scope whatever came before; any other message that is not sure of its
             # own intent is read after the previous turn (router.conversation.in_context)
             ctx = self._context(turn) if has_turn and not own and "classifier" not in signals else None

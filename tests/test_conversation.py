@@ -10,7 +10,14 @@ import pytest
 from eval.conversation import conversation_metrics, load_conversations
 from eval.data import DataError
 from router.classifier import Classification
-from router.conversation import carried_intents, context_weight, in_context, resolve_context, with_prior
+from router.conversation import (
+    carried_intents,
+    context_weight,
+    in_context,
+    is_continuation,
+    resolve_context,
+    with_prior,
+)
 from router.routing import Router
 from tests.conftest import ROOT, SHIPPED
 
@@ -49,6 +56,20 @@ def test_after_a_turn_the_continuation_class_weighs_its_training_prior():
     assert dict(read.ranking)["ACTION"] == 0.2  # an intent's probability stays as it is
     assert sum(p for _, p in read.ranking) == pytest.approx(1.0)
     assert with_prior(c, 1.0) is c
+
+
+def test_an_unsure_continuation_with_no_turn_before_it_still_asks_for_nothing():
+    sure = Classification("CONTINUATION", 0.9, [("CONTINUATION", 0.9), ("OUT_OF_SCOPE", 0.1)])
+    unsure = Classification(
+        "CONTINUATION", 0.6, [("CONTINUATION", 0.6), ("OUT_OF_SCOPE", 0.3), ("ACTION", 0.1)]
+    )
+    request = Classification(
+        "CONTINUATION", 0.5, [("CONTINUATION", 0.5), ("ACTION", 0.4), ("OUT_OF_SCOPE", 0.1)]
+    )
+    assert is_continuation(sure, 0.75, has_turn=True) and is_continuation(sure, 0.75, has_turn=False)
+    assert is_continuation(unsure, 0.75, has_turn=False)  # 0.9 of it asks for nothing of its own
+    assert not is_continuation(unsure, 0.75, has_turn=True)  # read in context instead
+    assert not is_continuation(request, 0.75, has_turn=False)  # may be a request: verifier or fallback
 
 
 def test_the_context_comes_from_the_decision_before_the_message():
