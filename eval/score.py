@@ -183,10 +183,10 @@ def label_metrics(labels: list[str], preds: list[str | None], decided: list[str 
     """eval.metrics on the classifier's top intent (as `intent-router eval` scores it), plus how the
     router's final decision fared: the share decided (not fallback or guardrail) and its accuracy."""
     from eval.metrics import classification_metrics
-    from router.intents import LABELS, RESERVED
+    from router.intents import CONTINUATION, LABELS
 
     seen = set(labels) | set(preds)
-    names = [name for name in LABELS if name in seen or name not in RESERVED]  # a reserved one only if used
+    names = [name for name in LABELS if name != CONTINUATION or name in seen]  # continuations when present
     if any(p is None for p in preds):
         names.append("NONE")  # guardrail rows have no classifier intent
     idx = {name: i for i, name in enumerate(names)}

@@ -409,6 +409,7 @@ def test_the_fast_model_is_a_student_of_the_default_one():
     fast, default = load_manifest(FAST), load_manifest(SHIPPED)
     assert fast.training["teacher"]["model_id"] == default.model_id
     int8 = fast.export.variants["int8"]
-    assert int8.parity.passed and int8.recipe.startswith("rowscaled-int8")
+    recipes = fast.training["hyperparameters"]["export_recipes"]
+    assert int8.parity.passed and int8.recipe in recipes  # the first of its config's recipes that passed
     assert fast.compound is not None and fast.compound.reader is not None  # clauses read in its one run
     assert fast.training["hyperparameters"]["distil_layers"] == [0, 2, 4]
