@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eval.data import DataError
+from eval.text_tables import cell, f, pct, table
 from router.intents import INTENTS, OUT_OF_SCOPE
 from router.manifest import sha256_file
 
@@ -177,3 +178,57 @@ def evaluate_conversations(router, path: str | Path, role: str = "admin") -> dic
         "sha256": sha256_file(path),
         **conversation_metrics(router, conversations, role),
     }
+
+
+def markdown_lines(cv: dict | None) -> list[str]:
+    """Conversations (eval/conversation.py): later turns scored by what they are."""
+    if not cv:
+        return []
+    c, s, w = cv["continuation"], cv["social"], cv["switch"]
+    lines = [
+        "## Conversations",
+        "",
+        f"`{cv['source']}`: {cv['conversations']} conversations, {cv['turns']} turns, each routed after the "
+        "Decision of the turn before it, with no verifier.",
+        "",
+    ]
+    lines += table(
+        ["", "value"],
+        [
+            [f"first turns: accuracy (n={cv['requests']['n']})", pct(cv["requests"]["accuracy"])],
+            [f"social messages after a request: not routed (n={s['n']})", pct(s["not_routed"])],
+            [f"continuations: the conversation's intent (n={c['n']})", pct(c["resolved"])],
+            [
+                "continuations routed to an intent without the previous turn",
+                pct(c["routed_without_previous"]),
+            ],
+            [f"intent switches: their own intent kept (n={w['n']})", pct(w["kept"])],
+            [
+                "median route() ms: first turns / continuations after a Decision / after a message",
+                " / ".join(
+                    f(cv["median_ms"].get(k), 2)
+                    for k in ("request", "continuation", "continuation_after_message")
+                ),
+            ],
+        ],
+    )
+    lines += ["By kind of later turn:", ""]
+    lines += table(["kind", "n", "right"], [[k, v["n"], pct(v["right"])] for k, v in cv["by_kind"].items()])
+    if cv["misses"]:
+        lines += ["Misses:", ""]
+        lines += table(
+            ["line", "turn", "kind", "text", "expected", "routed", "reason"],
+            [
+                [
+                    m["line"],
+                    m["turn"],
+                    m["kind"],
+                    cell(m["text"]),
+                    m["expected"],
+                    "+".join(m["routed"]) or "-",
+                    m["reason_code"],
+                ]
+                for m in cv["misses"]
+            ],
+        )
+    return [*lines, ""]

@@ -2,48 +2,14 @@
 
 from __future__ import annotations
 
+from eval.conversation import markdown_lines as conversation_lines
 from eval.plots import PLOT_FILES
+from eval.text_tables import cell as _cell
+from eval.text_tables import f as _f
+from eval.text_tables import pct as _pct
+from eval.text_tables import table as _table
 
 MAX_ROWS = 50
-
-
-def _f(x, nd: int = 4) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, float):
-        return f"{x:.{nd}f}"
-    return str(x)
-
-
-def _pct(x) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
-
-
-def _cell(text: str, limit: int = 120) -> str:
-    t = " ".join(str(text).split())
-    t = t if len(t) <= limit else t[: limit - 1] + "…"
-    return (t or "(blank)").replace("|", "\\|")
-
-
-def _numeric(cell) -> bool:
-    t = (
-        str(cell)
-        .strip("*%")
-        .replace(" / ", "")
-        .replace(" msg/s", "")
-        .replace("-", "")
-        .replace(".", "")
-        .replace(" ", "")
-    )
-    return t == "" or t.isdigit()
-
-
-def _table(header: list[str], rows: list[list]) -> list[str]:
-    """A Markdown table; columns whose cells are all numbers are right-aligned."""
-    right = [bool(rows) and all(_numeric(r[i]) for r in rows) for i in range(len(header))]
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" if r else "---" for r in right) + "|"]
-    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-    return [*out, ""]
 
 
 def render_markdown(report: dict, plots: bool = True) -> str:
@@ -400,57 +366,3 @@ def per_class_rows(report: dict) -> list[list[str]]:
         [label, _f(v["precision"]), _f(v["recall"]), _f(v["f1"]), str(v["support"])]
         for label, v in report["classification"]["per_class"].items()
     ]
-
-
-def conversation_lines(cv: dict | None) -> list[str]:
-    """Conversations (eval/conversation.py): later turns scored by what they are."""
-    if not cv:
-        return []
-    c, s, w = cv["continuation"], cv["social"], cv["switch"]
-    lines = [
-        "## Conversations",
-        "",
-        f"`{cv['source']}`: {cv['conversations']} conversations, {cv['turns']} turns, each routed after the "
-        "Decision of the turn before it, with no verifier.",
-        "",
-    ]
-    lines += _table(
-        ["", "value"],
-        [
-            [f"first turns: accuracy (n={cv['requests']['n']})", _pct(cv["requests"]["accuracy"])],
-            [f"social messages after a request: not routed (n={s['n']})", _pct(s["not_routed"])],
-            [f"continuations: the conversation's intent (n={c['n']})", _pct(c["resolved"])],
-            [
-                "continuations routed to an intent without the previous turn",
-                _pct(c["routed_without_previous"]),
-            ],
-            [f"intent switches: their own intent kept (n={w['n']})", _pct(w["kept"])],
-            [
-                "median route() ms: first turns / continuations after a Decision / after a message",
-                " / ".join(
-                    _f(cv["median_ms"].get(k), 2)
-                    for k in ("request", "continuation", "continuation_after_message")
-                ),
-            ],
-        ],
-    )
-    lines += ["", "By kind of later turn:", ""]
-    lines += _table(["kind", "n", "right"], [[k, v["n"], _pct(v["right"])] for k, v in cv["by_kind"].items()])
-    if cv["misses"]:
-        lines += ["", "Misses:", ""]
-        lines += _table(
-            ["line", "turn", "kind", "text", "expected", "routed", "reason"],
-            [
-                [
-                    m["line"],
-                    m["turn"],
-                    m["kind"],
-                    _cell(m["text"]),
-                    m["expected"],
-                    "+".join(m["routed"]) or "-",
-                    m["reason_code"],
-                ]
-                for m in cv["misses"]
-            ],
-        )
-    return [*lines, ""]

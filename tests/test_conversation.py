@@ -222,6 +222,10 @@ def test_eval_reports_conversations_and_the_gate_holds_their_floors(tmp_path):
     )
     cv = report["conversation"]
     assert cv["conversations"] > 200 and cv["social"]["n"] > 80 and cv["continuation"]["n"] > 100
+    from eval.markdown import render_markdown
+
+    md = render_markdown(report, plots=False)
+    assert "## Conversations" in md and f"(n={cv['continuation']['n']})" in md
     baseline = make_baseline(report)
     assert set(baseline["conversation"]) == {"social_not_routed", "continuations_resolved", "switches_kept"}
     assert all(c.passed for c in run_gate(report, baseline) if c.name.startswith("conversation."))
