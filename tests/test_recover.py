@@ -223,10 +223,10 @@ def test_bench_speed_times_the_pytorch_model_read_back_when_no_checkpoint_ships(
     assert all(r["speedup_p50_vs_setfit"] > 0 for r in res["rows"])
     assert any("reading the PyTorch model back" in line for line in said)
 
-    said.clear()
+    said.clear()  # the fast model's 3-layer student body is not the base model's shape: no read-back
     res = speed_benchmark(FAST, data, runs=1, report=said.append)
     assert not any(r["name"].startswith("setfit") for r in res["rows"])
-    assert any("skipping setfit pytorch" in line and "int8 activations" in line for line in said)
+    assert any("skipping setfit pytorch" in line and "lacks these weights" in line for line in said)
 
 
 def test_the_head_is_read_as_the_export_writes_it_and_anything_else_is_refused():
