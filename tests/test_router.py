@@ -402,12 +402,15 @@ def test_runtime_does_not_import_torch_setfit_or_sklearn():
 
 def test_the_fast_model_is_a_student_of_the_default_one():
     """models/intent-minilm-fast is distilled from models/intent-minilm: when the default model is
-    retrained, the fast one has to be rebuilt from it (training/configs/fast.yaml)."""
+    retrained, the fast one has to be rebuilt from it (training/configs/fast.yaml). `intent-router build`
+    rebuilds the default model under a new model id but with the same graph, byte for byte."""
     from router.manifest import load_manifest
     from tests.conftest import FAST, SHIPPED
 
     fast, default = load_manifest(FAST), load_manifest(SHIPPED)
-    assert fast.training["teacher"]["model_id"] == default.model_id
+    teacher = fast.training["teacher"]
+    graph = default.export.variants[default.export.default_variant].file.sha256
+    assert teacher["model_id"] == default.model_id or teacher["graph_sha256"] == graph
     int8 = fast.export.variants["int8"]
     recipes = fast.training["hyperparameters"]["export_recipes"]
     assert int8.parity.passed and int8.recipe in recipes  # the first of its config's recipes that passed

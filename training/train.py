@@ -167,11 +167,16 @@ def train(
 
 
 def _teacher_section(path: Path, recovery: dict | None = None) -> dict:
-    """Which model a student was distilled from: its path and, for a build directory, its model id; for an
-    exported model without its checkpoint, the graph its body was recovered from (training.recover)."""
+    """Which model a student was distilled from: its path and, for a build directory, its model id and the
+    sha256 of its default graph (which a deterministic rebuild of the teacher reproduces, while its model id
+    changes); for an exported model without its checkpoint, the graph its body was recovered from
+    (training.recover)."""
     out = {"path": str(path)}
     if (Path(path) / MANIFEST_NAME).is_file():
-        out["model_id"] = load_manifest(path).model_id
+        teacher = load_manifest(path)
+        out["model_id"] = teacher.model_id
+        if teacher.export is not None:
+            out["graph_sha256"] = teacher.export.variants[teacher.export.default_variant].file.sha256
     if recovery is not None:
         out["body"] = {k: v for k, v in recovery.items() if k != "model_id"}
     return out
