@@ -237,7 +237,8 @@ class Router:
         ]
         latency = {"tokenize_ms": round(c.tokenize_ms, 4), "inference_ms": round(c.inference_ms, 4)}
         turn = (previous, context, role)  # what a continuation is read with (router.conversation)
-        if self.conversational and (previous is not None or context):
+        has_turn = previous is not None or bool(context)
+        if self.conversational and has_turn:
             c = with_prior(c, self.context_weight)  # after a turn, the odds of a continuation are higher
             prior = {
                 "label": c.label,
@@ -247,15 +248,14 @@ class Router:
             trace.append(step("conversation", "prior", prior))
         scope = self._scope(c)
         signals = scope["signals"]
-        turn = (previous, context, role)  # what a continuation is read with (router.conversation)
         primary = c.intents[0] if c.intents else c.label  # a compound request: its end goal first
         secondary = c.intents[1] if len(c.intents) > 1 else None
         probs = dict(c.ranking)
         pair = compound_confidence(probs, c.intents, c.clauses)
         sure = c.confidence >= self.threshold or pair >= self.threshold
         own = not signals and primary not in RESERVED and sure  # its own intent, confidently
+        ctx = None  # the conversation's Context, read at most once a message (a previous message is routed)
         if self.conversational:
-            has_turn = previous is not None or bool(context)
             if is_continuation(c, self.threshold, has_turn):
                 return self._continuation(c, scope, turn, info, latency, trace)
             follow_up, out_of_scope = False, bool(signals)
@@ -288,18 +288,18 @@ class Router:
         else:  # unsure, or out of scope right after a turn it may continue ("yes", "and for next week?")
             status = "out_of_scope_follow_up" if signals else "below"
             trace.append(step("threshold", status, {"threshold": self.threshold}))
+            if follow_up and ctx is None:  # a model without the label: the previous turn's intents
+                ctx = self._context(turn)
             intent, source, reason, secondary = verify_stage(
-                self.verifier, text, c, turn, trace, latency, lambda: self._context(turn)
+                self.verifier, text, c, turn, trace, latency, lambda: ctx or self._context(turn)
             )
             if reason == ReasonCode.OUT_OF_SCOPE:
                 signals.append("verifier")
                 return self._out_of_scope(c, scope, "verifier", role, info, latency, trace, previous)
-            if intent is None and follow_up:
-                ctx = self._context(turn)
-                if ctx is not None:
-                    trace.append(step("follow_up", "kept_previous", ctx.detail()))
-                    intent, source, reason = ctx.intents[0], "fallback", ReasonCode.FOLLOW_UP_UNVERIFIED
-                    secondary = ctx.intents[1] if len(ctx.intents) > 1 else None
+            if intent is None and follow_up and ctx is not None:
+                trace.append(step("follow_up", "kept_previous", ctx.detail()))
+                intent, source, reason = ctx.intents[0], "fallback", ReasonCode.FOLLOW_UP_UNVERIFIED
+                secondary = ctx.intents[1] if len(ctx.intents) > 1 else None
 
         intents = [intent] + ([secondary] if secondary not in (None, intent) else []) if intent else []
         if intent is None:  # fallback: union of the fallback intents' skills
