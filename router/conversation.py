@@ -9,7 +9,9 @@ A model trained with the reserved ``CONTINUATION`` label tells three kinds of me
   before it;
 - a message whose own intent is clear keeps it, even right after another request.
 
-A message that is not sure of its own intent (below the threshold) is read in context too: its
+After a turn, the odds of a continuation against small talk are those of a conversation, not of the
+training rows (``with_prior``). A message that is not sure of its own intent (below the threshold) is
+read in context too: its
 continuation probability adds to the conversation's intent (``in_context``), so "add a pilot with finance
 first" at ACTION 0.5 and CONTINUATION 0.4 after a plan is PLANNING. The context is looked at only for such
 messages: a message with no previous turn, or one confident of its own intent or of being small talk,
