@@ -37,6 +37,11 @@ class Context:
     source: str
     message_chars: int | None = None
 
+    @property
+    def secondary(self) -> str | None:
+        """The conversation's second intent, when it continues a two-intent request."""
+        return self.intents[1] if len(self.intents) > 1 else None
+
     def detail(self) -> dict:
         out: dict = {"intents": list(self.intents), "from": self.source}
         if self.message_chars is not None:

@@ -299,7 +299,7 @@ class Router:
             if intent is None and follow_up and ctx is not None:
                 trace.append(step("follow_up", "kept_previous", ctx.detail()))
                 intent, source, reason = ctx.intents[0], "fallback", ReasonCode.FOLLOW_UP_UNVERIFIED
-                secondary = ctx.intents[1] if len(ctx.intents) > 1 else None
+                secondary = ctx.secondary
 
         intents = [intent] + ([secondary] if secondary not in (None, intent) else []) if intent else []
         if intent is None:  # fallback: union of the fallback intents' skills

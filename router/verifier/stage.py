@@ -55,8 +55,7 @@ def verify_stage(
     if ctx is not None:
         detail["kept_previous"] = ctx.intents[0]
         trace.append(step("verifier", "accepted", detail, round(ms, 4)))
-        secondary = ctx.intents[1] if len(ctx.intents) > 1 else None
-        return ctx.intents[0], "verifier", ReasonCode.FOLLOW_UP, secondary
+        return ctx.intents[0], "verifier", ReasonCode.FOLLOW_UP, ctx.secondary
     if res.intent not in INTENTS and not (
         res.intent == OUT_OF_SCOPE and res.reason_code != "same_domain_follow_up"
     ):
