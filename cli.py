@@ -1,7 +1,7 @@
 """intent-router command line: one Typer app assembled from the commands beside the code they front.
 
 router/commands.py (serve, config check, schema: runtime only), eval/commands.py (route, score, gate:
-files of messages and CI) and training/commands.py (data check, train, export, build, eval, bench).
+files of messages and CI) and training/commands.py (init, data check, train, export, build, eval, bench).
 Each command parses its options, calls one library function and prints. Every error is one line and
 a non-zero exit; ``--debug`` shows the traceback, ``--verbose`` lets third-party libraries log at INFO.
 """
@@ -18,7 +18,7 @@ from router.console import Opt, set_verbosity
 from training import commands as lifecycle
 
 app = typer.Typer(
-    help="Train, export, evaluate and run the five-intent router.",
+    help="Train, export, evaluate and run an intent router: the shipped five-intent model, or your own.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -30,6 +30,7 @@ app.add_typer(data_app, name="data")
 app.add_typer(bench_app, name="bench")
 app.add_typer(config_app, name="config")
 
+app.command()(lifecycle.init)
 app.command()(lifecycle.train)
 app.command()(lifecycle.export)
 app.command()(lifecycle.build)

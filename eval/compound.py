@@ -25,7 +25,7 @@ from eval.metrics import rounded as _r
 from eval.scope import outcomes
 from router.compound import compound_confidence, merge_skills
 from router.config import RouterConfig
-from router.intents import INTENTS, OUT_OF_SCOPE
+from router.intents import OUT_OF_SCOPE
 
 
 @dataclass
@@ -165,19 +165,21 @@ def compound_summary(r: Routed, gold: Sequence[Sequence[str]], config: RouterCon
     }
 
 
-def per_intent_metrics(predicted: Sequence[Sequence[str]], gold: Sequence[Sequence[str]]) -> dict:
+def per_intent_metrics(
+    predicted: Sequence[Sequence[str]], gold: Sequence[Sequence[str]], intents: Sequence[str]
+) -> dict:
     """Multi-label precision / recall / F1 / support per intent (predicted set vs gold set, classifier
-    level) over every message, and their macro average over the five intents."""
+    level) over every message, and their macro average over ``intents``."""
     from sklearn.metrics import precision_recall_fscore_support
 
     def indicator(sets):
-        return np.array([[x in s for x in INTENTS] for s in sets], dtype=int).reshape(-1, len(INTENTS))
+        return np.array([[x in s for x in intents] for s in sets], dtype=int).reshape(-1, len(intents))
 
     y_true, y_pred = indicator(gold), indicator(predicted)
     p, rec, f, s = precision_recall_fscore_support(y_true, y_pred, average=None, zero_division=0)
     per = {
         x: {"precision": _r(p[j]), "recall": _r(rec[j]), "f1": _r(f[j]), "support": int(s[j])}
-        for j, x in enumerate(INTENTS)
+        for j, x in enumerate(intents)
     }
     return {"per_intent": per, "macro_f1": _r(float(np.mean(f)))}
 
@@ -185,7 +187,7 @@ def per_intent_metrics(predicted: Sequence[Sequence[str]], gold: Sequence[Sequen
 def skills_summary(r: Routed, gold: Sequence[Sequence[str]], config: RouterConfig) -> dict:
     """Skills and context budget loaded per message (router level, mean over every row), beside routing
     to the gold intents and loading every skill: ``token_savings`` is 1 - mean budget / every-skill budget."""
-    every_req, every_opt, every_budget = merge_skills([config.intents[x] for x in INTENTS])
+    every_req, every_opt, every_budget = merge_skills(list(config.intents.values()))
     ideal = [merge_skills([config.intents[x] for x in g if x in config.intents]) for g in gold]
     mean_budget = float(r.budget.mean()) if len(r.budget) else None
     return {
@@ -233,6 +235,6 @@ def compound_metrics(
         "tau": _r(tau, 4),
         "compound": compound_summary(r, gold, cfg),
         "single": single_summary(r.predicted, gold),
-        **per_intent_metrics(r.predicted, gold),
+        **per_intent_metrics(r.predicted, gold, list(cfg.intents)),
         "skills": skills_summary(r, gold, cfg),
     }

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from eval.data import DataError
 from eval.text_tables import cell, f, pct, table
-from router.intents import INTENTS, OUT_OF_SCOPE
+from router.intents import OUT_OF_SCOPE
 from router.manifest import sha256_file
 
 CONTINUATION_KINDS = ("confirmation", "refinement", "slot_change", "selection", "retry", "correction")
@@ -59,8 +59,9 @@ class Conversation:
     turns: tuple[Turn, ...]
 
 
-def load_conversations(path: str | Path, intents: tuple[str, ...] = INTENTS) -> list[Conversation]:
-    """Read and check a conversation file; a bad line is a DataError naming file and line."""
+def load_conversations(path: str | Path, intents: tuple[str, ...]) -> list[Conversation]:
+    """Read and check a conversation file whose turns name ``intents`` (a model's); a bad line is a
+    DataError naming file and line."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: no such conversation file")
@@ -121,10 +122,8 @@ def conversation_metrics(router, conversations: list[Conversation], role: str = 
         previous = None
         for i, turn in enumerate(conv.turns):
             d = router.route(turn.text, role, previous=previous)
-            routed = [x.value for x in d.intents]
-            ok = (
-                not routed if turn.role == "social" else d.intent is not None and d.intent.value == turn.label
-            )
+            routed = list(d.intents)
+            ok = not routed if turn.role == "social" else d.intent == turn.label
             got[turn.role].append(ok)
             if i:
                 reasons[d.reason_code.value] += 1
@@ -171,7 +170,7 @@ def conversation_metrics(router, conversations: list[Conversation], role: str = 
 
 def evaluate_conversations(router, path: str | Path, role: str = "admin") -> dict:
     """The report's ``conversation`` section for one conversation file."""
-    intents = tuple(label for label in router.classifier.labels if label in INTENTS)
+    intents = router.intents
     conversations = load_conversations(path, intents)
     return {
         "source": str(path),

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from router.intents import LABELS
+from router.intents import RESERVED
 from router.manifest import sha256_file
 
 LOCAL_FORMATS = {
@@ -167,14 +167,14 @@ def _jsonl_table(source, text: str) -> tuple[_Table, list[int]]:
 def load_labeled(
     source: str | Path,
     *,
-    labels: Sequence[str] | None = LABELS,
+    labels: Sequence[str] | None = None,
     text_column: str = "text",
     label_column: str = "label",
     split: str | None = None,
     skip_invalid: bool = False,
 ) -> LabeledData:
     """Load labeled messages. Invalid rows raise DataError, or are dropped and listed in ``skipped``.
-    ``labels=None`` accepts any non-empty string label (public benchmarks)."""
+    ``labels``: the labels a row may carry (a model's); None accepts any non-empty string."""
     table, fmt, lines, digest = _load_table(source, split)
     multi_column = label_column + "s"  # "labels": a compound row's intents, primary first
     has_multi = multi_column in table.column_names
@@ -232,8 +232,6 @@ def _multi_problem(
     multi, label, column: str, label_column: str, known
 ) -> tuple[str | None, str | None, str | None]:
     """(problem or None, primary, secondary) of a row's ``labels`` list."""
-    from router.intents import INTENTS
-
     if not isinstance(multi, list) or not multi or len(multi) > 2:
         return f"'{column}' must be a list of one or two labels, got {multi!r}"[:200], None, None
     if not all(isinstance(m, str) and m.strip() for m in multi):
@@ -244,8 +242,8 @@ def _multi_problem(
     if len(multi) == 2:
         if multi[0] == multi[1]:
             return f"'{column}' repeats {multi[0]!r}: a compound row has two different intents", None, None
-        if not set(multi) <= set(INTENTS):
-            return f"'{column}' pairs {multi}: only the five intents combine", None, None
+        if set(multi) & set(RESERVED):
+            return f"'{column}' pairs {multi}: only intents combine, not {' or '.join(RESERVED)}", None, None
     if label is not None and label != multi[0]:
         return f"'{label_column}' {label!r} differs from the first of '{column}' {multi}", None, None
     return None, multi[0], (multi[1] if len(multi) == 2 else None)

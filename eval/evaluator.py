@@ -38,7 +38,7 @@ from eval.scope import scope_metrics, scope_sweep
 from eval.thresholds import DEFAULT_TAUS, at_threshold, oos_recall, threshold_sweep
 from router.config import RouterConfig, validate_threshold
 from router.guardrail import low_signal_reason
-from router.intents import OUT_OF_SCOPE
+from router.intents import OUT_OF_SCOPE, intents_of
 from router.manifest import package_versions
 
 SCHEMA_VERSION = 1
@@ -86,9 +86,11 @@ def evaluate(
     n_bins: int = DEFAULT_BINS,
     taus: Sequence[float] = DEFAULT_TAUS,
     max_latency_samples: int = DEFAULT_SAMPLES,
+    config: RouterConfig | None = None,
 ) -> Evaluation:
     """Score ``predictor`` on ``data`` (and out-of-scope ``oos``, compound requests ``compound``) at
-    threshold ``tau``."""
+    threshold ``tau``. ``config``: the router config whose skills the compound section loads (default:
+    the shipped one)."""
     labels = list(predictor.labels)
     index = {l: i for i, l in enumerate(labels)}
     y = np.array([index[l] for l in data.labels], dtype=int)
@@ -123,7 +125,9 @@ def evaluate(
         },
         "compound": None
         if compound is None
-        else _compound_section(predictor, compound, tau, data, (probs, dist, intents, pair, pred)),
+        else _compound_section(
+            predictor, compound, tau, data, (probs, dist, intents, pair, pred), config or RouterConfig.load()
+        ),
         "latency": measure_latency(predictor, data.texts, max_latency_samples)
         if max_latency_samples > 0
         else None,
@@ -149,12 +153,14 @@ def predict_scored(
     return (*predict_in_batches(predictor, texts), None, None)
 
 
-def _compound_section(predictor, ds: LabeledData, tau: float, data: LabeledData, main: tuple) -> dict:
+def _compound_section(
+    predictor, ds: LabeledData, tau: float, data: LabeledData, main: tuple, cfg: RouterConfig
+) -> dict:
     """The compound file's rows scored apart; ``data_single``: the main data's single rows called
-    compound, and the skills the router loads per message of the main data."""
+    compound, and the skills the router loads per message of the main data (``cfg``'s)."""
+    cfg.check_intents(intents_of(predictor.labels))
     probs, dist, intents, pair = predict_scored(predictor, ds.texts)
     limit = getattr(predictor, "distance_threshold", None)
-    cfg = RouterConfig.load()
     metrics = compound_metrics(
         probs,
         predictor.labels,
@@ -224,6 +230,7 @@ def run_evaluation(
     n_bins: int = DEFAULT_BINS,
     taus: Sequence[float] = DEFAULT_TAUS,
     predictor: Predictor | None = None,
+    config: RouterConfig | str | Path | None = None,
 ) -> dict:
     """Evaluate a model on labeled ``data`` (and unlabeled out-of-scope ``oos``, and the compound
     requests and their single-intent twins of ``compound``, scored apart); return the report dict.
@@ -234,9 +241,11 @@ def run_evaluation(
     router.verifier.Verifier) adds the verifier lift on below-threshold messages.
     ``max_latency_samples=0`` skips the latency measurement. ``conversations`` (a conversation file,
     eval.conversation) routes conversations turn by turn through the router over ``model``, an exported
-    model directory.
+    model directory. ``config``: the router config (a file, or loaded) whose threshold, skills and roles
+    the report uses; default: the shipped one.
     """
-    tau = validate_threshold(threshold if threshold is not None else default_threshold())
+    cfg = config if isinstance(config, RouterConfig) else RouterConfig.load(config)
+    tau = validate_threshold(threshold if threshold is not None else cfg.threshold)
     if predictor is None:
         if model is None:
             raise ValueError("give a model path or a predictor")
@@ -271,6 +280,7 @@ def run_evaluation(
         n_bins=n_bins,
         taus=taus,
         max_latency_samples=max_latency_samples,
+        config=cfg,
     )
     report = {
         "schema_version": SCHEMA_VERSION,
@@ -290,7 +300,7 @@ def run_evaluation(
         "environment": _environment(),
     }
     if conversations is not None:
-        report["conversation"] = _conversation_section(model, variant, tau, conversations)
+        report["conversation"] = _conversation_section(model, variant, tau, conversations, cfg)
     if verifier is not None:
         from eval.verifier_lift import verifier_lift
 
@@ -300,14 +310,14 @@ def run_evaluation(
     return report
 
 
-def _conversation_section(model, variant: str | None, tau: float, path: str | Path) -> dict:
+def _conversation_section(model, variant: str | None, tau: float, path: str | Path, cfg) -> dict:
     from eval.conversation import evaluate_conversations
     from router.manifest import load_manifest
     from router.routing import Router
 
     if model is None or load_manifest(model).export is None:
         raise ValueError("conversations are routed by the router: give an exported model directory")
-    return evaluate_conversations(Router.load(model, variant=variant, threshold=tau), path)
+    return evaluate_conversations(Router.load(model, cfg, variant=variant, threshold=tau), path)
 
 
 def source_section(ds) -> dict:

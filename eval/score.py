@@ -18,7 +18,7 @@ import hashlib
 import json
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -32,6 +32,7 @@ from eval.score_io import (
     input_format,
     iter_input,
     merge_parts,
+    model_labels,
     output_schema,
     parts_dir,
     write_part,
@@ -85,9 +86,9 @@ def decisions_table(batch: dict[str, list], router, opts: ScoreOptions) -> pa.Ta
             for n in names:
                 cols[n].append(None)
             continue
-        cols["intent"].append(d.intent.value if d.intent else None)
-        cols["intents"].append([i.value for i in d.intents])
-        cols["top_intent"].append(d.ranking[0].intent.value if d.ranking else None)
+        cols["intent"].append(d.intent)
+        cols["intents"].append(list(d.intents))
+        cols["top_intent"].append(d.ranking[0].intent if d.ranking else None)
         cols["confidence"].append(d.confidence)
         cols["source"].append(d.source)
         cols["reason_code"].append(d.reason_code.value)
@@ -154,7 +155,7 @@ def finish(pdir: Path, out: Path, opts: ScoreOptions) -> dict:
     n = merge_parts(pdir, out, opts, lambda t: _collect(t, opts, labels, preds, decided))
     summary = {"rows": n, "output": str(out)}
     if opts.with_labels:
-        summary["metrics"] = label_metrics(labels, preds, decided)
+        summary["metrics"] = label_metrics(labels, preds, decided, model_labels(opts.model_dir))
     shutil.rmtree(pdir)
     return summary
 
@@ -179,14 +180,17 @@ def _collect(t: pa.Table, opts: ScoreOptions, labels, preds, decided) -> None:
             decided.append(intent)
 
 
-def label_metrics(labels: list[str], preds: list[str | None], decided: list[str | None]) -> dict:
+def label_metrics(
+    labels: list[str], preds: list[str | None], decided: list[str | None], model_labels: Sequence[str]
+) -> dict:
     """eval.metrics on the classifier's top intent (as `intent-router eval` scores it), plus how the
     router's final decision fared: the share decided (not fallback or guardrail) and its accuracy."""
     from eval.metrics import classification_metrics
-    from router.intents import CONTINUATION, LABELS
+    from router.intents import CONTINUATION
 
     seen = set(labels) | set(preds)
-    names = [name for name in LABELS if name != CONTINUATION or name in seen]  # continuations when present
+    # the model's labels, continuations only when present
+    names = [name for name in model_labels if name != CONTINUATION or name in seen]
     if any(p is None for p in preds):
         names.append("NONE")  # guardrail rows have no classifier intent
     idx = {name: i for i, name in enumerate(names)}

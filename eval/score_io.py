@@ -12,6 +12,7 @@ output (Parquet or JSONL). The resume logic that uses them is in ``eval.score``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -50,6 +51,15 @@ class ScoreOptions:
         d.pop("chunk_rows")  # changing the chunk size does not change any decision
         d.pop("skip_invalid")
         return d
+
+
+@functools.lru_cache(maxsize=8)
+def model_labels(model_dir: str | None) -> tuple[str, ...]:
+    """The labels of the model that scores (its manifest's)."""
+    from router.manifest import load_manifest
+    from router.routing import default_model_dir
+
+    return tuple(load_manifest(model_dir or default_model_dir()).labels)
 
 
 # ----------------------------------------------------------------------------------- schema
@@ -111,10 +121,12 @@ def _check_batch(b: dict, opts: ScoreOptions, path: Path) -> dict:
                 errors[i] = f"'{opts.text_column}' must be a string, got {type(t).__name__}"
         if opts.with_labels and errors[i] is None:
             lab = b["label"][i]
-            from router.intents import LABELS
-
-            if lab not in LABELS:
-                errors[i] = f"unknown label {lab!r} in '{opts.label_column}'"
+            if lab not in model_labels(opts.model_dir):
+                errors[i] = (
+                    f"unknown label {lab!r} in '{opts.label_column}' (the model's are: "
+                    + ", ".join(model_labels(opts.model_dir))
+                    + ")"
+                )
         if errors[i] is not None:
             b["text"][i] = None
             if not opts.skip_invalid:

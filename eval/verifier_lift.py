@@ -15,7 +15,7 @@ import numpy as np
 
 from eval.latency import percentiles
 from eval.predictors import classification_from_probs
-from router.intents import ANSWERS
+from router.intents import answers_of
 from router.verifier import Verifier, VerifierError
 
 
@@ -42,7 +42,7 @@ def verifier_lift(
         t0 = time.perf_counter()
         try:
             res = verifier.verify(texts[i], c, None)
-            intent = res.intent if res.intent in ANSWERS else None  # OUT_OF_SCOPE is a valid answer
+            intent = res.intent if res.intent in answers_of(labels) else None  # OUT_OF_SCOPE is valid
             status = "ok" if intent is not None else "invalid_intent"
         except VerifierError as e:
             intent, status = None, e.status or "error"

@@ -3,9 +3,9 @@
 Imports only onnxruntime, tokenizers, numpy and pydantic (httpx lazily, for the LLM verifier).
 """
 
-from router.intents import INTENTS, Intent
+from router.intents import CONTINUATION, OUT_OF_SCOPE
 
-__all__ = ["INTENTS", "Decision", "Intent", "Router"]
+__all__ = ["CONTINUATION", "OUT_OF_SCOPE", "Decision", "Router"]
 
 
 def __getattr__(name):  # lazy, so `import router` stays cheap

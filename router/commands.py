@@ -36,12 +36,20 @@ def config_check(
 @command()
 def schema(
     out: Path = Opt(Path("router/schema/decision.schema.json"), help="Where to write the JSON Schema."),
+    model_dir: Annotated[
+        Path | None,
+        Opt("--model", help="Model directory: the schema's intent fields are an enum of its intents."),
+    ] = None,
 ) -> None:
-    """Write the JSON Schema of the routing Decision."""
+    """Write the JSON Schema of the routing Decision: intents are any string, or, with --model, that
+    model's intents."""
     from router.decision import write_json_schema
+    from router.intents import intents_of
+    from router.manifest import load_manifest
 
-    write_json_schema(out)
-    console.print(f"wrote {out}")
+    intents = intents_of(load_manifest(model_dir).labels) if model_dir is not None else None
+    write_json_schema(out, intents)
+    console.print(f"wrote {out}" + (f" (intents: {', '.join(intents)})" if intents else ""))
 
 
 @command(extra="serve")

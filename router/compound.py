@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from router.clauses import split_clauses
-from router.intents import INTENTS
+from router.intents import RESERVED
 
 
 def stacked_scores(spec, scores: Mapping[str, float], clause_best: Mapping[str, float]) -> dict[str, float]:
@@ -48,7 +48,7 @@ def resolve_intents(
     """The intents of one message, primary first ([] when ``primary`` is not an intent). ``spec`` is the
     manifest's Compound (None: single-intent model), ``scores`` the one-vs-rest scores, ``clause_probs``
     each clause's label -> probability. ``threshold`` overrides ``spec.threshold`` (fitting it)."""
-    if primary not in INTENTS:
+    if primary in RESERVED:
         return []
     if spec is None or not scores:
         return [primary]
@@ -59,7 +59,7 @@ def resolve_intents(
             return [primary]
     tops = [max(probs.items(), key=lambda kv: kv[1]) for probs in clause_probs]
     # clause intents: the best probability of each intent among the clauses it leads
-    best = best_by_label({top: p} for top, p in tops if top in INTENTS and p >= spec.clause_min)
+    best = best_by_label({top: p} for top, p in tops if top not in RESERVED and p >= spec.clause_min)
     stacked = stacked_scores(spec, scores, best_by_label(clause_probs))
     if len(best) >= 2:
         a, b = sorted(best, key=lambda k: -best[k])[:2]
@@ -124,7 +124,7 @@ def resolve_batch(
     and, per message, its clauses with their top label and probability (for the trace; [] when they were
     not read)."""
     if spec is None or scores is None:
-        return [[p] if p in INTENTS else [] for p in primaries], [[] for _ in texts]
+        return [[] if p in RESERVED else [p] for p in primaries], [[] for _ in texts]
     if split is None:
         floor = clause_floor(spec, threshold)
         split = [
@@ -151,7 +151,7 @@ def clauses_to_read(
 ) -> list[str]:
     """The clauses of a message whose clauses could change its intents, else []: the primary is an intent
     and another intent's one-vs-rest score reaches ``floor`` (``clause_floor``)."""
-    if primary not in INTENTS or _other_max(spec, scores, primary) < floor:
+    if primary in RESERVED or _other_max(spec, scores, primary) < floor:
         return []
     return split_clauses(text)
 

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from router.intents import INTENTS
 from router.strict import StrictLoadError, format_validation_error, load_yaml
 
 WILDCARD = "*"
@@ -20,6 +19,7 @@ WILDCARD = "*"
 
 class IntentSkills(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
+    description: str = ""  # what the intent means, for the verifier's prompt (router.verifier.prompt)
     required: list[str] = Field(default_factory=list)
     optional: list[str] = Field(default_factory=list)
     context_budget: int = Field(ge=0)
@@ -56,9 +56,13 @@ def validate_threshold(v: float) -> float:
 
 
 class RouterConfig(BaseModel):
+    """A router config names an entry per intent of the model it serves (``check_intents``): its skills
+    and context budget. Below the threshold with no verifier answer, the skills of ``fallback_intents``
+    are loaded together; with none, nothing is loaded and the caller is asked to clarify."""
+
     model_config = ConfigDict(extra="forbid", strict=True)
     threshold: float = 0.75
-    fallback_intents: list[str] = Field(default_factory=lambda: ["SEARCH", "REASONING"])
+    fallback_intents: list[str] = Field(default_factory=list)
     max_chars: int = Field(10000, ge=1)
     intents: dict[str, IntentSkills]
     skills: dict[str, Skill]
@@ -68,13 +72,24 @@ class RouterConfig(BaseModel):
 
     @model_validator(mode="after")
     def _complete(self) -> RouterConfig:
-        missing = [i for i in INTENTS if i not in self.intents]
-        if missing:
-            raise ValueError(f"intents missing from the config: {missing}")
+        if not self.intents:
+            raise ValueError("intents: name at least one intent and its skills")
         unknown = [i for i in self.fallback_intents if i not in self.intents]
-        if unknown or not self.fallback_intents:
+        if unknown:
             raise ValueError(f"fallback_intents must name configured intents, got {self.fallback_intents}")
         return self
+
+    def check_intents(self, intents: tuple[str, ...] | list[str], model: str = "the model") -> None:
+        """Raise ValueError unless this config has an entry for each of a model's ``intents`` and no other."""
+        missing = [i for i in intents if i not in self.intents]
+        extra = [i for i in self.intents if i not in intents]
+        if missing or extra:
+            parts = [f"{model} has the intents {', '.join(intents)}"]
+            if missing:
+                parts.append(f"the router config has no entry for {', '.join(missing)}")
+            if extra:
+                parts.append(f"the router config names {', '.join(extra)}, which {model} does not predict")
+            raise ValueError("; ".join(parts))
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> RouterConfig:

@@ -116,7 +116,7 @@ def carried_intents(previous) -> list[str]:
     if previous is None:
         return []
     intents = previous.conversation_intents or previous.intents
-    return [i.value if hasattr(i, "value") else str(i) for i in intents]
+    return [str(i) for i in intents]
 
 
 def conversation_after(

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
-
-from router.intents import Intent
 
 Source = Literal["classifier", "verifier", "fallback", "guardrail"]
 
@@ -23,17 +22,18 @@ class ReasonCode(str, Enum):
     VERIFIER_UNAVAILABLE = "verifier_circuit_open"  # verifier skipped: circuit breaker open
     LOW_SIGNAL = "low_signal"  # guardrail: empty, punctuation/emoji-only or random characters
     INVALID_INPUT = "invalid_input"  # guardrail: not a str, or text the tokenizer could not take
-    OUT_OF_SCOPE = "out_of_scope"  # none of the five intents (chit-chat): no skill, reply directly
+    OUT_OF_SCOPE = "out_of_scope"  # none of the model's intents (chit-chat): no skill, reply directly
     FOLLOW_UP_UNVERIFIED = "follow_up_unverified"  # out of scope or unsure, no verifier: previous intent kept
     CONFIDENT_COMPOUND = (
         "confident_compound"  # two requested intents are sure enough together (router.compound)
     )
     FOLLOW_UP_IN_CONTEXT = "follow_up"  # a continuation, read in context: the conversation's intents
     NEEDS_CONTEXT = "needs_context"  # a continuation with no previous turn to read it with: no skill
+    CLARIFY = "clarify"  # unsure, no verifier answer and no fallback intents: no skill, ask the user
 
 
 class RankedIntent(BaseModel):
-    intent: Intent
+    intent: str
     probability: float
 
 
@@ -88,12 +88,12 @@ class Decision(BaseModel):
     decisions (the fallback's skills are those of ``fallback_intents``). ``intents`` lists every intent
     the message asks for, primary first: two for a compound request ("find the deck and email it")."""
 
-    intent: Intent | None = Field(description="The primary intent (the first of ``intents``).")
-    intents: list[Intent] = Field(
+    intent: str | None = Field(description="The primary intent (the first of ``intents``).")
+    intents: list[str] = Field(
         default_factory=list,
         description="Every intent routed, primary first; skills are the union of theirs. Empty when intent is None.",
     )
-    conversation_intents: list[Intent] = Field(
+    conversation_intents: list[str] = Field(
         default_factory=list,
         description="The intents of the conversation after this turn: what a continuation of it takes. "
         "This turn's intents, or, for a turn without any (small talk, a fallback), the previous turn's.",
@@ -104,7 +104,7 @@ class Decision(BaseModel):
         "(router.conversation.with_prior)."
     )
     ranking: list[RankedIntent] = Field(
-        default_factory=list, description="The five intents by calibrated probability."
+        default_factory=list, description="The model's intents by calibrated probability."
     )
     scope: Scope | None = None
     source: Source
@@ -130,7 +130,7 @@ class Decision(BaseModel):
             "+" + ",".join(self.skills.optional) if self.skills.optional else ""
         )
         return {
-            "intent": "+".join(i.value for i in self.intents) if self.intents else "-",
+            "intent": "+".join(self.intents) if self.intents else "-",
             "confidence": f"{self.confidence:.3f}" if self.confidence is not None else "-",
             "source": self.source,
             "reason": self.reason_code.value,
@@ -141,11 +141,27 @@ class Decision(BaseModel):
         }
 
 
-def decision_json_schema() -> dict:
-    return Decision.model_json_schema()
+def decision_json_schema(intents: Sequence[str] | None = None) -> dict:
+    """The Decision's JSON Schema. With ``intents`` (a model's, router.intents.intents_of), every intent
+    field is an enum of them; without, any string."""
+    schema = Decision.model_json_schema()
+    if intents is not None:
+        name_intents(schema, schema["$defs"]["RankedIntent"], intents)
+    return schema
 
 
-def write_json_schema(path: str | Path) -> Path:
+def name_intents(decision: dict, ranked: dict, intents: Sequence[str]) -> None:
+    """Turn the intent fields of a Decision's and a RankedIntent's JSON Schemas (as pydantic writes them)
+    into enums of ``intents``, in place."""
+    enum = {"type": "string", "enum": list(intents)}
+    props = decision["properties"]
+    props["intent"]["anyOf"] = [enum, {"type": "null"}]
+    for name in ("intents", "conversation_intents"):
+        props[name]["items"] = dict(enum)
+    ranked["properties"]["intent"].update(enum)
+
+
+def write_json_schema(path: str | Path, intents: Sequence[str] | None = None) -> Path:
     path = Path(path)
-    path.write_text(json.dumps(decision_json_schema(), indent=2) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(decision_json_schema(intents), indent=2) + "\n", encoding="utf-8")
     return path

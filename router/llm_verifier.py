@@ -4,11 +4,10 @@
 from router.verifier.breaker import CircuitBreaker
 from router.verifier.client import LLMVerifier
 from router.verifier.parsing import extract_json_object, sanitize, validate_output
-from router.verifier.prompt import OUTPUT_SCHEMA, build_system_prompt, build_user_prompt
+from router.verifier.prompt import build_system_prompt, build_user_prompt, output_schema
 from router.verifier.settings import VerifierSettings, chat_completions_url, redact_url
 
 __all__ = [
-    "OUTPUT_SCHEMA",
     "CircuitBreaker",
     "LLMVerifier",
     "VerifierSettings",
@@ -16,6 +15,7 @@ __all__ = [
     "build_user_prompt",
     "chat_completions_url",
     "extract_json_object",
+    "output_schema",
     "redact_url",
     "sanitize",
     "validate_output",

@@ -24,10 +24,10 @@ from router.conversation import (
 from router.decision import Decision, ReasonCode
 from router.grants import SkillGrants
 from router.guardrail import low_signal_reason, repair_text
-from router.intents import LABELS, OUT_OF_SCOPE, RESERVED
+from router.intents import OUT_OF_SCOPE, RESERVED, intents_of
 from router.steps import compound_step, ranking, step
 from router.verifier import Verifier
-from router.verifier.stage import verify_stage
+from router.verifier.stage import check_verifier, verify_stage
 
 MODEL_ENV = "INTENT_ROUTER_MODEL"
 SHIPPED_MODEL = Path(__file__).resolve().parent.parent / "models" / "intent-minilm"  # source checkout
@@ -61,10 +61,10 @@ class Router:
         self.config = config or RouterConfig.load()
         self.threshold = validate_threshold(threshold if threshold is not None else self.config.threshold)
         self.verifier = verifier
+        self.intents = intents_of(classifier.labels)  # the model's, in its order
+        self.config.check_intents(self.intents, f"the model {classifier.model_id}")
+        check_verifier(verifier, self.intents)
         self._grants = SkillGrants(self.config)
-        unknown = set(classifier.labels) - set(LABELS)
-        if unknown:
-            raise ValueError(f"the model predicts labels the router does not know: {sorted(unknown)}")
         self.conversational = knows_continuations(classifier.labels)
         data = classifier.manifest.training.data
         self.context_weight = context_weight(data.label_counts if data is not None else None)
@@ -271,7 +271,6 @@ class Router:
         else:  # a model without the label: out of scope or unsure right after a turn may continue it
             follow_up = previous is not None and previous.intent is not None
             out_of_scope = bool(signals) and not follow_up
-        intent: str | None
         if out_of_scope:
             trace.append(step("scope", "out_of_scope", {"signals": signals}))
             return self._out_of_scope(c, scope, "classifier", role, info, latency, trace, previous)
@@ -291,7 +290,7 @@ class Router:
             if follow_up and ctx is None:  # a model without the label: the previous turn's intents
                 ctx = self._context(turn)
             intent, source, reason, secondary = verify_stage(
-                self.verifier, text, c, turn, trace, latency, lambda: ctx or self._context(turn)
+                self.verifier, text, c, turn, trace, latency, lambda: ctx or self._context(turn), self.intents
             )
             if reason == ReasonCode.OUT_OF_SCOPE:
                 signals.append("verifier")
@@ -302,15 +301,17 @@ class Router:
                 secondary = ctx.secondary
 
         intents = [intent] + ([secondary] if secondary not in (None, intent) else []) if intent else []
-        if intent is None:  # fallback: union of the fallback intents' skills
+        if intent is None:  # fallback: union of the fallback intents' skills, or none: ask the user
             trace.append(step("fallback", "used", {"intents": list(self.config.fallback_intents)}))
+            if not self.config.fallback_intents:
+                reason = ReasonCode.CLARIFY
         return self._routed(c, intents, source, reason, role, info, scope, latency, trace, previous)
 
     def _context(self, turn: tuple):
         """The conversation a continuation is read in (router.conversation.resolve_context); a previous
         message given without its Decision is routed here, with the same role."""
         previous, context, role = turn
-        return resolve_context(previous, context, lambda m: [i.value for i in self.route(m, role).intents])
+        return resolve_context(previous, context, lambda m: list(self.route(m, role).intents))
 
     def _continuation(self, c, scope, turn, info, latency, trace, ctx=None, mass=None) -> Decision:
         """A continuation at or above the threshold (or, read in context, a message whose continuation
@@ -324,18 +325,9 @@ class Router:
                 "a continuation of an earlier turn, with no previous turn to read it with: pass the previous "
                 "Decision (previous=) or message (context=); no skills are loaded"
             )
+            reason = ReasonCode.NEEDS_CONTEXT
             return self._skill_free(
-                role,
-                info,
-                ReasonCode.NEEDS_CONTEXT,
-                "classifier",
-                True,
-                message,
-                trace,
-                c,
-                scope,
-                latency,
-                previous,
+                role, info, reason, "classifier", True, message, trace, c, scope, latency, previous
             )
         detail = ctx.detail() if mass is None else {**ctx.detail(), "in_context": round(mass, 6)}
         trace.append(step("conversation", "continuation", detail))

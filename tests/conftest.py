@@ -12,6 +12,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 TINY = FIXTURES / "tiny"
 SHIPPED = ROOT / "models" / "intent-minilm"
 FAST = ROOT / "models" / "intent-minilm-fast"
+SHIPPED_INTENTS = ("SEARCH", "REASONING", "PLANNING", "MEMORY", "ACTION")  # the shipped model's, in its order
 
 
 def tiny_config(**overrides):

@@ -142,5 +142,9 @@ def test_data_check_covers_the_compound_corpus(tmp_path):
     leaky = runner.invoke(app, ["data", "check", str(tmp_path / "data"), "--json"])
     assert leaky.exit_code == 1
     report = json.loads(leaky.output)
-    assert [e["message"][:5] for e in report["errors"]] == ["leak:"]
+    messages = [e["message"] for e in report["errors"]]
+    assert sum(m.startswith("leak:") for m in messages) == 1
+    # the train split (one SEARCH row) is the label set: ACTION is not in it, and one row is too few
+    assert "label 'ACTION' is not a label of the train split (SEARCH)" in messages
+    assert "label 'SEARCH' has 1 train row(s); write at least 4" in messages
     assert report["compound"]["compound/dev"]["SEARCH+ACTION"] == 1

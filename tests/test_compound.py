@@ -374,15 +374,15 @@ def test_a_compound_decision_loads_both_intents_skills(compound_router):
     with eager(r):
         d = r.route("find the onboarding deck and send it to Maria", role="admin")
     assert d.intent is not None and len(d.intents) == 2 and d.intents[0] == d.intent
-    specs = [CONFIG.intents[i.value] for i in d.intents]
+    specs = [CONFIG.intents[i] for i in d.intents]
     required, optional, budget = merge_skills(specs)
     assert d.skills.required == required and d.skills.optional == optional
     assert d.context_budget == budget
     step = next(s for s in d.trace if s.stage == "compound")
-    assert step.status == "two_intents" and step.detail["intents"] == [i.value for i in d.intents]
+    assert step.status == "two_intents" and step.detail["intents"] == list(d.intents)
     assert [c["text"] for c in step.detail["clauses"]] == ["find the onboarding deck", "send it to Maria"]
     assert set(step.detail["scores"]) == {"ACTION", "MEMORY", "PLANNING", "REASONING", "SEARCH"}
-    assert d.brief()["intent"] == "+".join(i.value for i in d.intents)
+    assert d.brief()["intent"] == "+".join(d.intents)
 
 
 def test_a_denied_skill_of_either_intent_makes_it_unservable(compound_router):
@@ -390,7 +390,7 @@ def test_a_denied_skill_of_either_intent_makes_it_unservable(compound_router):
     with eager(r):
         for text in ("find the onboarding deck and send it to Maria", "run the nightly export job now"):
             d = r.route(text, role="viewer")
-            needed = {s for i in d.intents for s in CONFIG.intents[i.value].required}
+            needed = {s for i in d.intents for s in CONFIG.intents[i].required}
             if len(d.intents) == 2 and "action" in needed:
                 break
         else:
@@ -447,7 +447,7 @@ def test_the_verifier_can_route_two_intents(tiny_exported, openai_server, make_v
     )
     d = r.route(below_threshold(r), role="admin")
     assert (d.source, d.reason_code.value) == ("verifier", "verified")
-    assert [i.value for i in d.intents] == ["ACTION", "SEARCH"] and d.intent.value == "ACTION"
+    assert list(d.intents) == ["ACTION", "SEARCH"] and d.intent == "ACTION"
     required, optional, budget = merge_skills([CONFIG.intents["ACTION"], CONFIG.intents["SEARCH"]])
     assert (d.skills.required, d.skills.optional, d.context_budget) == (required, optional, budget)
     assert next(s for s in d.trace if s.stage == "verifier").detail["secondary"] == "SEARCH"
@@ -473,7 +473,7 @@ def test_the_verifier_can_route_two_intents(tiny_exported, openai_server, make_v
 )
 def test_shipped_model_loads_both_intents_skills(shipped_router, text, intents, required):
     d = shipped_router.route(text, role="admin")
-    assert [i.value for i in d.intents] == intents and d.source == "classifier"
+    assert list(d.intents) == intents and d.source == "classifier"
     assert set(d.skills.required) == required and d.requires_confirmation and d.servable
     viewer = shipped_router.route(text, role="viewer")
     assert not viewer.servable and "action" in {x.skill for x in viewer.denied if x.required}
@@ -481,4 +481,4 @@ def test_shipped_model_loads_both_intents_skills(shipped_router, text, intents, 
 
 def test_shipped_model_keeps_a_twin_single(shipped_router):
     d = shipped_router.route("find and list the board decks from 2023", role="admin")
-    assert [i.value for i in d.intents] == ["SEARCH"]
+    assert list(d.intents) == ["SEARCH"]

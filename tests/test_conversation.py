@@ -19,7 +19,7 @@ from router.conversation import (
     with_prior,
 )
 from router.routing import Router
-from tests.conftest import ROOT, SHIPPED
+from tests.conftest import ROOT, SHIPPED, SHIPPED_INTENTS
 
 RESTART = "restart the indexing service on prod-2"
 
@@ -32,7 +32,7 @@ def router():
 @pytest.fixture(scope="module")
 def after_action(router):
     d = router.route(RESTART, role="admin")
-    assert d.intent.value == "ACTION" and d.requires_confirmation
+    assert d.intent == "ACTION" and d.requires_confirmation
     return d
 
 
@@ -92,13 +92,13 @@ def test_social_after_an_action_loads_no_skill_and_asks_no_confirmation(router, 
     assert d.intent is None and "action" not in d.skills.all and not d.requires_confirmation, d.brief()
     # out of scope, or (below the threshold, no verifier) the fallback's skills: never the action's
     assert d.reason_code.value in ("out_of_scope", "no_verifier")
-    assert [i.value for i in d.conversation_intents] == ["ACTION"]  # carried for the turn after
+    assert list(d.conversation_intents) == ["ACTION"]  # carried for the turn after
 
 
 @pytest.mark.parametrize("text", ["the same for the EU cluster", "yes, do it", "try again"])
 def test_a_continuation_after_an_action_keeps_action_and_its_confirmation(router, after_action, text):
     d = router.route(text, role="admin", previous=after_action)
-    assert d.intent.value == "ACTION" and d.reason_code.value == "follow_up", (text, d.brief())
+    assert d.intent == "ACTION" and d.reason_code.value == "follow_up", (text, d.brief())
     assert d.requires_confirmation and "action" in d.skills.required
     step = next(s for s in d.trace if s.stage == "conversation" and s.status == "continuation")
     assert step.detail == {"intents": ["ACTION"], "from": "previous_decision"}
@@ -112,33 +112,33 @@ def test_a_continuation_without_a_previous_turn_needs_context(router):
 
 def test_the_previous_message_alone_is_context_enough(router):
     d = router.route("the same for the EU cluster", role="admin", context=RESTART)
-    assert d.intent.value == "ACTION" and d.reason_code.value == "follow_up"
+    assert d.intent == "ACTION" and d.reason_code.value == "follow_up"
     step = next(s for s in d.trace if s.stage == "conversation" and s.status == "continuation")
     assert step.detail["from"] == "previous_message" and step.detail["message_chars"] == len(RESTART)
 
 
 def test_a_message_with_its_own_intent_keeps_it(router):
     prev = router.route("find the Q3 board deck", role="admin")
-    assert prev.intent.value == "SEARCH"
+    assert prev.intent == "SEARCH"
     d = router.route("now forward it to the whole leadership team", role="admin", previous=prev)
-    assert d.intent.value == "ACTION" and d.reason_code.value == "confident"
+    assert d.intent == "ACTION" and d.reason_code.value == "confident"
     d = router.route("thanks, now send it to Maria", role="admin", previous=prev)
-    assert d.intent.value == "ACTION"
+    assert d.intent == "ACTION"
 
 
 def test_a_continuation_after_small_talk_finds_the_request_before_it(router):
     plan = router.route("draft a rollout plan for the new billing system", role="admin")
-    assert plan.intent.value == "PLANNING"
+    assert plan.intent == "PLANNING"
     social = router.route("thanks, looks good", role="admin", previous=plan)
     assert social.intent is None
     d = router.route("add a checkpoint for the beta though", role="admin", previous=social)
-    assert d.intent.value == "PLANNING", d.brief()
+    assert d.intent == "PLANNING", d.brief()
 
 
 def test_a_single_message_pays_nothing_for_conversations(router):
     """No context is routed for a message that is not a continuation."""
     d = router.route(RESTART, role="admin", context="find the travel policy")
-    assert d.intent.value == "ACTION" and d.reason_code.value == "confident"
+    assert d.intent == "ACTION" and d.reason_code.value == "confident"
     assert [s.status for s in d.trace if s.stage == "conversation"] == ["prior"]  # no context was routed
 
 
@@ -150,9 +150,9 @@ def test_context_must_be_text(router):
 def test_carried_intents_keep_a_compound_pair(router):
     d = router.route("find the Q3 board deck and email it to Maria", role="admin")
     assert len(d.intents) == 2
-    assert carried_intents(d) == [i.value for i in d.intents]
+    assert carried_intents(d) == list(d.intents)
     follow = router.route("same for the Q4 deck", role="admin", previous=d)
-    assert [i.value for i in follow.intents] == carried_intents(d)
+    assert list(follow.intents) == carried_intents(d)
 
 
 # ------------------------------------------------------------------------------ evaluation
@@ -172,10 +172,10 @@ def test_conversation_files_are_checked_with_their_line(tmp_path):
         + "\n"
     )
     with pytest.raises(DataError, match=r"c.jsonl:1: .*at least two turns"):
-        load_conversations(bad)
+        load_conversations(bad, SHIPPED_INTENTS)
     bad.write_text(bad.read_text().splitlines()[1] + "\n")
     with pytest.raises(DataError, match=r"c.jsonl:1: turn 2: a social turn .* OUT_OF_SCOPE"):
-        load_conversations(bad)
+        load_conversations(bad, SHIPPED_INTENTS)
 
 
 def test_conversation_metrics_count_each_kind_of_turn(router, tmp_path):
@@ -199,7 +199,7 @@ def test_conversation_metrics_count_each_kind_of_turn(router, tmp_path):
             for c in convs
         )
     )
-    m = conversation_metrics(router, load_conversations(f))
+    m = conversation_metrics(router, load_conversations(f, router.intents))
     assert m["social"] == {"n": 1, "not_routed": 1.0}
     assert m["continuation"]["n"] == 2 and m["continuation"]["resolved"] == 0.5
     assert m["continuation"]["routed_without_previous"] == 0.0

@@ -3,9 +3,17 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import SHIPPED_INTENTS
 from training.corpus import CorpusError, check_files, load_examples, normalize_text, split_of
 
 FIX = Path(__file__).parent / "fixtures"
+SHIPPED_LABELS = (*SHIPPED_INTENTS, "OUT_OF_SCOPE", "CONTINUATION")
+
+
+def check_rules(paths, **kw):
+    """The row, compound, duplicate and leak rules, without the label-set checks (a fixture here has a
+    row or two per label)."""
+    return check_files(paths, label_set=False, **kw)
 
 
 def _messages(report):
@@ -35,7 +43,7 @@ def test_load_examples_raises_with_file_and_line():
 
 
 def test_checker_reports_each_malformed_line():
-    report = check_files([FIX / "bad" / "train.jsonl"])
+    report = check_rules([FIX / "bad" / "train.jsonl"], labels=SHIPPED_LABELS)
     msgs = {
         (line, msg.split(":")[0].split(" (")[0]) for _, line, sev, msg in _messages(report) if sev == "error"
     }
@@ -56,7 +64,7 @@ def test_checker_reports_each_malformed_line():
 
 
 def test_checker_finds_leaks_across_splits():
-    report = check_files([FIX / "leaky"])
+    report = check_rules([FIX / "leaky"])
     leaks = [
         (name, line)
         for name, line, sev, msg in _messages(report)
@@ -89,7 +97,7 @@ def test_clean_fixture_passes_and_counts():
 def test_unlabeled_file_rejects_labels(tmp_path):
     p = tmp_path / "oos.jsonl"
     p.write_text('{"text": "hi", "label": "SEARCH"}\n{"text": "   "}\n{"text": ""}\n', encoding="utf-8")
-    report = check_files([p])
+    report = check_rules([p])
     assert [(i.line, i.message.split(",")[0]) for i in report.errors] == [
         (1, "out-of-scope file rows carry no label"),
         (3, "empty text"),
@@ -104,7 +112,7 @@ def test_normalize_and_split_names():
 
 
 def test_missing_file_is_an_error(tmp_path):
-    report = check_files([tmp_path / "nope.jsonl"])
+    report = check_rules([tmp_path / "nope.jsonl"])
     assert report.errors and "file not found" in report.errors[0].message
 
 
@@ -163,7 +171,7 @@ def _errors(report):
 
 
 def test_compound_files_are_checked_and_counted(tmp_path):
-    report = check_files([_data_dir(tmp_path)])
+    report = check_rules([_data_dir(tmp_path)])
     assert report.errors == [] and report.warnings == []
     assert [Path(f).parent.name + "/" + Path(f).name for f in report.files][-3:] == [
         "compound/train.jsonl",
@@ -174,19 +182,23 @@ def test_compound_files_are_checked_and_counted(tmp_path):
     assert set(counts) == {"compound/train", "compound/dev", "compound/test"}
     train = counts["compound/train"]
     assert (train["rows"], train["compound"], train["twins"]) == (3, 2, 1)
-    assert train["SEARCH+ACTION"] == 1 and train["MEMORY+PLANNING"] == 1 and train["PLANNING+ACTION"] == 0
+    # pair kinds come from the rows, named as first written; the dev and test splits' kinds count 0 here
+    assert train["ACTION+SEARCH"] == 1 and train["PLANNING+MEMORY"] == 1 and train["REASONING+SEARCH"] == 0
     assert report.class_balance()["compound/train"] == {"ACTION": 1, "PLANNING": 1, "SEARCH": 1}
-    assert "Compound requests (pair kinds: S+A = SEARCH+ACTION...)" in [t for t, _, _ in report.tables()]
+    assert (
+        "Compound requests by pair kind (A = ACTION, M = MEMORY, P = PLANNING, R = REASONING, S = SEARCH)"
+        in [t for t, _, _ in report.tables()]
+    )
     assert report.to_dict()["compound"] == counts
     # the compound directory given on its own is read with the same rules
-    alone = check_files([tmp_path / "data" / "compound"])
+    alone = check_rules([tmp_path / "data" / "compound"])
     assert alone.errors == [] and alone.compound_counts() == counts
 
 
 def test_without_compound_dir_nothing_changes(tmp_path):
     for name in ("train", "dev", "test", "oos"):
         (tmp_path / f"{name}.jsonl").write_bytes((FIX / "tiny" / f"{name}.jsonl").read_bytes())
-    report = check_files([tmp_path])
+    report = check_rules([tmp_path])
     assert report.compound == {} and report.compound_counts() == {}
     assert "Compound requests" not in " ".join(t for t, _, _ in report.tables())
 
@@ -201,18 +213,13 @@ def test_without_compound_dir_nothing_changes(tmp_path):
         (_row("find x and send it", "ACTION", "ACTION", kind="SEARCH+ACTION"), "repeats 'ACTION'"),
         (
             _row("find x and send it", "ACTION", "OUT_OF_SCOPE", kind="SEARCH+ACTION"),
-            "unknown intent 'OUT_OF_SCOPE'",
+            "OUT_OF_SCOPE is not an intent",
         ),
         (
             _row("find x and send it", "ACTION", "SEARCH", kind="SEARCH+REASONING"),
             "'pair_kind' 'SEARCH+REASONING'",
         ),
-        (_row("find x and send it", "ACTION", "SEARCH", kind="ACTION+SEARCH"), "expected 'SEARCH+ACTION'"),
         ({"text": "find x and send it", "labels": ["ACTION", "SEARCH"]}, "'pair_kind' None does not match"),
-        (
-            _row("recap and explain", "REASONING", "MEMORY", kind="MEMORY+REASONING"),
-            "not one of the pair kinds",
-        ),
         (_row("find x and send it", "ACTION", "SEARCH", label="SEARCH"), "'label' 'SEARCH' differs"),
         (_row("find x and send it", "ACTION", "SEARCH", twin=True), "cannot be a twin"),
         ({"text": "find x", "label": "SEARCH"}, "needs 'labels' (compound) or 'label' with 'twin': true"),
@@ -220,7 +227,7 @@ def test_without_compound_dir_nothing_changes(tmp_path):
         ({"text": "find x", "label": "SEARCH", "twin": True}, "a twin row needs 'pair'"),
         (
             {"text": "find x", "label": "OUT_OF_SCOPE", "twin": True, "pair": "C-1"},
-            "twin's 'label' must be one of",
+            "twin's 'label': OUT_OF_SCOPE is not an intent",
         ),
         (
             {"text": "find x", "label": "SEARCH", "twin": True, "pair": "C-1", "pair_kind": "SEARCH+ACTION"},
@@ -234,7 +241,7 @@ def test_without_compound_dir_nothing_changes(tmp_path):
 def test_invalid_compound_rows_are_caught(tmp_path, row, problem):
     good = _row("find the board deck and email it to Maria", "ACTION", "SEARCH", pair="C-1")
     d = _data_dir(tmp_path, compound={"train": [good, row]})
-    errors = _errors(check_files([d]))
+    errors = _errors(check_rules([d]))
     assert len(errors) == 1, errors
     assert errors[0][:2] == ("compound/train.jsonl", 2) and problem in errors[0][2], errors
 
@@ -253,7 +260,7 @@ def test_twin_pairs_must_name_a_compound_row_of_the_same_split(tmp_path):
             ],
         },
     )
-    errors = _errors(check_files([d]))
+    errors = _errors(check_rules([d]))
     assert ("compound/train.jsonl", 2) in [e[:2] for e in errors]
     assert any(
         e[:2] == ("compound/train.jsonl", 3) and "also the compound row of line 1" in e[2] for e in errors
@@ -282,7 +289,7 @@ def test_compound_leaks_across_splits_and_with_the_five_intent_files(tmp_path):
         "dev": [_row("Find the Q3 deck and email it.", "ACTION", "SEARCH")],  # = compound/train
         "test": [_row("restart the indexer", "ACTION", "SEARCH")],  # = data/dev.jsonl
     }
-    errors = _errors(check_files([_data_dir(tmp_path, compound, five)]))
+    errors = _errors(check_rules([_data_dir(tmp_path, compound, five)]))
     leaks = sorted(e[:2] for e in errors if e[2].startswith("leak"))
     assert leaks == [
         ("compound/dev.jsonl", 1),
@@ -302,7 +309,7 @@ def test_duplicates_within_a_compound_split(tmp_path):
             _row("find the q3 deck and email it?", "ACTION", "MEMORY"),  # other secondary: a conflict
         ]
     }
-    report = check_files([_data_dir(tmp_path, compound)])
+    report = check_rules([_data_dir(tmp_path, compound)])
     assert [(i.line, i.severity) for i in report.issues] == [(2, "warning"), (3, "error"), (4, "error")]
     assert "is ACTION+SEARCH, here SEARCH+ACTION" in report.issues[1].message
     assert "is ACTION+SEARCH, here ACTION+MEMORY" in report.issues[2].message
@@ -313,7 +320,7 @@ def test_checker_and_loader_agree_on_the_shipped_compound_rows():
     from eval.data import load_labeled
 
     data = Path(__file__).resolve().parent.parent / "data"
-    report = check_files([data / "compound"])
+    report = check_rules([data / "compound"])
     assert report.errors == [] and report.compound
     for src, rows in report.compound.items():
         loaded = load_labeled(src)
@@ -342,7 +349,7 @@ def test_blind_split_leaks_with_every_other_split(tmp_path):
             _row("find and list the onboarding forms", "SEARCH", pair="B-404"),  # no such compound row
         ],
     }
-    report = check_files([_data_dir(tmp_path, compound, five)])
+    report = check_rules([_data_dir(tmp_path, compound, five)])
     assert "blind" in report.class_balance() and "compound/blind" in report.compound_counts()
     errors = sorted(e[:2] for e in _errors(report))
     assert errors == [

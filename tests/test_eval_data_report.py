@@ -50,8 +50,9 @@ def test_load_labeled_reports_bad_rows(tmp_path, kind):
     else:
         f = _write(tmp_path / "bad.csv", "text,label\nok,SEARCH\nhm,WEATHER\n,ACTION\nx,\n")
         at = [f"{f}: row 2", "row 3", "row 4"]
+    known = ("SEARCH", "ACTION", "OUT_OF_SCOPE")  # a model's labels: WEATHER is not one of them
     with pytest.raises(DataError) as e:
-        load_labeled(f)
+        load_labeled(f, labels=known)
     msg = str(e.value)
     assert str(f) in msg and "3 invalid row(s)" in msg
     assert f"{at[0]}: unknown label 'WEATHER'" in msg and "\n" not in msg
@@ -60,7 +61,7 @@ def test_load_labeled_reports_bad_rows(tmp_path, kind):
         f"{str(f) + ':3' if kind == 'jsonl' else str(f) + ': row 3'}: empty 'text'",
         f"{str(f) + ':4' if kind == 'jsonl' else str(f) + ': row 4'}: empty 'label'",
     ]
-    d = load_labeled(f, skip_invalid=True)
+    d = load_labeled(f, labels=known, skip_invalid=True)
     assert d.texts == ["ok"] and [s["row"] for s in d.skipped] == [2, 3, 4]
 
 

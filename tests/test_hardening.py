@@ -32,7 +32,7 @@ def shipped():
 def test_lone_surrogate_costs_only_itself(shipped):
     ds = shipped.route_batch([*ADMIN_BATCH, "a\ud800b"], role="admin")
     assert len(ds) == 3
-    assert [d.intent.value for d in ds[:2]] == ["ACTION", "SEARCH"]
+    assert [d.intent for d in ds[:2]] == ["ACTION", "SEARCH"]
     assert ds[2].source != "guardrail" or ds[2].reason_code.value == "invalid_input"
     assert ds[2].trace[0].detail.get("repaired_surrogates") == 1
     # alone or in a batch, the same text gets the same treatment
@@ -51,7 +51,7 @@ def test_non_string_and_untokenizable_messages_get_their_own_decision(shipped, m
     ds = shipped.route_batch([ADMIN_BATCH[0], None, 42, ADMIN_BATCH[1]], role="admin")
     assert [d.reason_code.value for d in ds[1:3]] == ["invalid_input", "invalid_input"]
     assert ds[1].skills.all == [] and not ds[1].servable and ds[1].intent is None
-    assert ds[0].intent.value == "ACTION" and ds[3].intent.value == "SEARCH"
+    assert ds[0].intent == "ACTION" and ds[3].intent == "SEARCH"
 
     real = shipped.classifier.classify_batch
 

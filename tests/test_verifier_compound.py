@@ -7,7 +7,8 @@ import pytest
 
 from router.config import RouterConfig
 from router.verifier import VerifierResult, validate_output
-from router.verifier.prompt import OUTPUT_SCHEMA, build_system_prompt, load_intent_definitions
+from router.verifier.prompt import build_system_prompt, load_intent_definitions, output_schema
+from tests.conftest import SHIPPED_INTENTS
 from tests.verifier_support import CLS, statuses, system_prompt, user_prompt
 
 FIVE = ["SEARCH", "REASONING", "PLANNING", "MEMORY", "ACTION"]
@@ -53,7 +54,7 @@ def test_request_carries_the_strict_nullable_schema(openai_server, make_verifier
         assert not check.is_valid(json.loads(bad)), bad
     assert not check.is_valid({"intent": "ACTION", "reason_code": "other"})  # strict: the field is required
     # the plain-JSON instructions and the strict retry carry the same schema
-    assert json.dumps(OUTPUT_SCHEMA, separators=(",", ":")) in system_prompt(req)
+    assert json.dumps(output_schema(SHIPPED_INTENTS), separators=(",", ":")) in system_prompt(req)
     assert "secondary_intent" not in user_prompt(req)
 
 
@@ -62,7 +63,7 @@ def test_json_object_dialect_sends_the_same_schema(llama_cpp_server, make_verifi
     res = make_verifier(llama_cpp_server).verify("pull the contracts and compare their clauses", CLS)
     assert (res.intent, res.secondary) == ("REASONING", "SEARCH")
     _, second = llama_cpp_server.chat_requests()
-    assert second.body["response_format"] == {"type": "json_object", "schema": OUTPUT_SCHEMA}
+    assert second.body["response_format"] == {"type": "json_object", "schema": output_schema(SHIPPED_INTENTS)}
 
 
 @pytest.mark.parametrize(
@@ -126,7 +127,7 @@ def test_secondary_survives_the_strict_retry(openai_server, make_verifier):
 
 
 def test_validate_output_verdict():
-    v = validate_output(answer("REASONING", "search"))
+    v = validate_output(answer("REASONING", "search"), SHIPPED_INTENTS)
     assert (v.status, v.intent, v.reason_code, v.error, v.secondary, v.dropped) == (
         "accepted",
         "REASONING",
@@ -135,7 +136,9 @@ def test_validate_output_verdict():
         "SEARCH",
         None,
     )
-    bad = validate_output('{"intent": "REASONING", "secondary_intent": "SEARCH"}')  # reason_code missing
+    bad = validate_output(
+        '{"intent": "REASONING", "secondary_intent": "SEARCH"}', SHIPPED_INTENTS
+    )  # reason_code missing
     assert bad.status == "invalid_json" and bad.secondary is None
 
 

@@ -11,8 +11,36 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from router.console import Opt, OutModelDir, TextColumn, command, console, fail, make_verifier, say, table
+from router.console import (
+    Opt,
+    OutModelDir,
+    RouterConfigFile,
+    TextColumn,
+    command,
+    console,
+    fail,
+    make_verifier,
+    say,
+    table,
+)
 from training.benchmarks import DEFAULT_IN_SCOPE_FLOOR
+
+
+@command()
+def init(
+    directory: Path = typer.Argument(..., help="Directory of the new project (created if missing)."),
+    force: bool = Opt(False, "--force", help="Write into a directory that holds files."),
+) -> None:
+    """Scaffold a project of your own intents: router config, training config, a labelled corpus of three
+    example intents and a README of next steps."""
+    from training.project import init_project
+
+    written = init_project(directory, force=force)
+    for path in written:
+        say(f"wrote {path}")
+    console.print(
+        f"project ready in [bold]{escape(str(directory))}[/]: see {escape(str(directory / 'README.md'))}"
+    )
 
 
 @command()
@@ -44,9 +72,13 @@ def data_check(
 
 
 def _train_config(config: Path | None, **flags):
-    from training.config import TrainConfig
+    """The training config: ``config``, else the shipped model's (training/configs/default.yaml, when this
+    is a source checkout), else the defaults; flags override it."""
+    from training.config import SHIPPED_CONFIG, TrainConfig
 
     overrides = {k: v for k, v in flags.items() if v is not None}
+    if config is None and SHIPPED_CONFIG.is_file():
+        config = SHIPPED_CONFIG
     try:
         return TrainConfig.from_file(config, **overrides) if config else TrainConfig(**overrides)
     except (OSError, ValueError) as e:
@@ -219,7 +251,8 @@ def evaluate(
         help="Conversation file (data/conversations/): routed turn by turn, each turn after the one before.",
     ),
     out: Path = Opt(Path("reports/eval"), help="Directory for eval.json, report.md and the PNG plots."),
-    threshold: Annotated[float | None, Opt(help="tau (default: the router's, 0.75).")] = None,
+    config: RouterConfigFile = None,
+    threshold: Annotated[float | None, Opt(help="tau (default: the router config's, 0.75).")] = None,
     variant: str | None = Opt(None, help="ONNX graph: int8 (default) or fp32."),
     text_column: TextColumn = "text",
     label_column: Annotated[str, Opt(help="Column holding the intent label.")] = "label",
@@ -241,7 +274,7 @@ def evaluate(
     }
     from training.pipeline import evaluate_model  # after locals() is read
 
-    verifier = make_verifier(verifier_url, verifier_model, None)
+    verifier = make_verifier(verifier_url, verifier_model, None, config)
     name = f"{verifier_model or 'default'} @ {verifier_url}" if verifier else None
     report = evaluate_model(
         model, data, verifier=verifier, verifier_max=verifier_max, verifier_name=name, **options

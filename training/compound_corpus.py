@@ -10,27 +10,14 @@ Row validity follows eval.data.load_labeled (a test checks that both agree).
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from router.intents import INTENTS
+from router.intents import RESERVED, label_problem
 
 COMPOUND_DIR = "compound"
 COMPOUND_SPLITS = ("train", "dev", "test", "blind")
-# the unordered pairs of data/compound/README.md, as written there
-PAIR_KINDS = (
-    "SEARCH+ACTION",
-    "MEMORY+ACTION",
-    "REASONING+ACTION",
-    "SEARCH+REASONING",
-    "SEARCH+PLANNING",
-    "MEMORY+SEARCH",
-    "MEMORY+PLANNING",
-    "REASONING+PLANNING",
-    "PLANNING+ACTION",
-)
-_KIND_OF = {frozenset(k.split("+")): k for k in PAIR_KINDS}
 
 
 @dataclass(frozen=True)
@@ -52,13 +39,42 @@ def compound_files(data_dir: Path) -> list[Path]:
     return [p for s in COMPOUND_SPLITS if (p := Path(data_dir) / COMPOUND_DIR / f"{s}.jsonl").is_file()]
 
 
-def pair_kind_of(labels: Iterable[str]) -> str | None:
-    """The README's name of an unordered pair of intents, or None if it is not one of the nine."""
-    return _KIND_OF.get(frozenset(labels))
+def pair_kind_of(labels: Sequence[str]) -> str:
+    """A pair kind's name: its two intents joined by '+' ("SEARCH+ACTION"); either order names the pair."""
+    return "+".join(labels)
 
 
-def parse_row(obj: dict, line: int) -> tuple[CompoundRow | None, str | None]:
-    """(row, None) or (None, problem) for one JSON object whose text was checked already."""
+def same_pair(kind: object, labels: Sequence[str]) -> bool:
+    """Whether ``kind`` names the unordered pair ``labels``."""
+    return isinstance(kind, str) and sorted(kind.split("+")) == sorted(labels)
+
+
+def pair_kinds(rows_by_file: Iterable[Iterable[CompoundRow]]) -> list[str]:
+    """The pair kinds the compound rows name, sorted; a pair written both ways ("SEARCH+ACTION",
+    "ACTION+SEARCH") goes by its more frequent spelling (the first in sorted order on a tie)."""
+    spellings: dict[frozenset, Counter] = defaultdict(Counter)
+    for rows in rows_by_file:
+        for r in rows:
+            if not r.twin and r.pair_kind is not None:
+                spellings[frozenset(r.labels)][r.pair_kind] += 1
+    return sorted(min(c, key=lambda k: (-c[k], k)) for c in spellings.values())
+
+
+def _intent_problem(label: object, intents: Sequence[str] | None) -> str | None:
+    if intents is not None:
+        return (
+            None if label in intents else f"unknown intent {label!r} (expected one of {', '.join(intents)})"
+        )
+    if label in RESERVED:
+        return f"{label} is not an intent: only intents make a compound request or its twin"
+    return label_problem(label)
+
+
+def parse_row(
+    obj: dict, line: int, intents: Sequence[str] | None = None
+) -> tuple[CompoundRow | None, str | None]:
+    """(row, None) or (None, problem) for one JSON object whose text was checked already. ``intents``:
+    the intents a row may name (None: any label that is not reserved)."""
     text, labels, label = obj["text"], obj.get("labels"), obj.get("label")
     twin, pair = obj.get("twin"), obj.get("pair")
     if pair is not None and not (isinstance(pair, str) and pair.strip()):
@@ -68,25 +84,27 @@ def parse_row(obj: dict, line: int) -> tuple[CompoundRow | None, str | None]:
             return None, "a compound row ('labels') cannot be a twin"
         if not (isinstance(labels, list) and len(labels) == 2 and all(isinstance(x, str) for x in labels)):
             return None, f"'labels' must be a list of two intents, primary first, got {labels!r}"[:200]
-        unknown = [x for x in labels if x not in INTENTS]
-        if unknown:
-            return None, f"unknown intent {unknown[0]!r} in 'labels' (expected {', '.join(INTENTS)})"
+        problem = next(filter(None, (_intent_problem(x, intents) for x in labels)), None)
+        if problem:
+            return None, f"'labels': {problem}"[:200]
         if labels[0] == labels[1]:
             return None, f"'labels' repeats {labels[0]!r}: a compound row has two different intents"
         if label is not None and label != labels[0]:
             return None, f"'label' {label!r} differs from the first of 'labels' {labels}"
-        kind, expected = obj.get("pair_kind"), pair_kind_of(labels)
-        if expected is None:
-            return None, f"'labels' {labels} is not one of the pair kinds ({', '.join(PAIR_KINDS)})"
-        if kind != expected:
-            return None, f"'pair_kind' {kind!r} does not match 'labels' {labels} (expected {expected!r})"
+        kind = obj.get("pair_kind")
+        if not same_pair(kind, labels):
+            return (
+                None,
+                f"'pair_kind' {kind!r} does not match 'labels' {labels} (expected {pair_kind_of(labels)!r})",
+            )
         return CompoundRow(text, tuple(labels), line, pair=pair, pair_kind=kind), None
     if twin is not True:
         return None, "a row needs 'labels' (compound) or 'label' with 'twin': true and 'pair' (twin)"
     if "pair_kind" in obj:
         return None, "a twin row carries no 'pair_kind'"
-    if label not in INTENTS:
-        return None, f"a twin's 'label' must be one of {', '.join(INTENTS)}, got {label!r}"[:200]
+    problem = _intent_problem(label, intents)
+    if problem:
+        return None, f"a twin's 'label': {problem}"[:200]
     if pair is None:
         return None, "a twin row needs 'pair', the id of the compound row it resembles"
     return CompoundRow(text, (label,), line, twin=True, pair=pair), None
@@ -132,11 +150,13 @@ def check_pairs(rows_by_file: dict[str, list[CompoundRow]]) -> list[tuple[str, i
 
 
 def compound_counts(rows_by_split: dict[str, list[CompoundRow]]) -> dict[str, dict[str, int]]:
-    """split -> {rows, compound, twins, one count per pair kind}."""
+    """split -> {rows, compound, twins, one count per pair kind (pair_kinds)}."""
+    names = pair_kinds(rows_by_split.values())
+    name_of = {frozenset(k.split("+")): k for k in names}
     out = {}
     for split, rows in rows_by_split.items():
-        kinds = Counter(r.pair_kind for r in rows if not r.twin)
+        kinds = Counter(name_of[frozenset(r.labels)] for r in rows if not r.twin)
         twins = sum(r.twin for r in rows)
         out[split] = {"rows": len(rows), "compound": len(rows) - twins, "twins": twins}
-        out[split].update({k: kinds.get(k, 0) for k in PAIR_KINDS})
+        out[split].update({k: kinds.get(k, 0) for k in names})
     return out

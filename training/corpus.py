@@ -17,16 +17,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eval.data import iter_jsonl
-from router.intents import LABELS
+from router.intents import intents_of, label_problem
 from training.compound_corpus import (
-    PAIR_KINDS,
     CompoundRow,
     check_pairs,
     compound_counts,
     compound_files,
     is_compound_file,
+    pair_kinds,
     parse_row,
 )
+from training.label_set import label_set_issues
 
 SPLIT_ORDER = ("train", "dev", "test", "oos", "blind")
 # Overlap between these splits leaks evaluation data into training (or one eval set into another);
@@ -90,9 +91,9 @@ def normalize_text(text: str) -> str:
     return re.sub(r"\s+", " ", t).strip()
 
 
-def load_examples(path: str | Path, labels: Sequence[str] = LABELS) -> list[Example]:
+def load_examples(path: str | Path, labels: Sequence[str] | None = None) -> list[Example]:
     """Load a labeled JSONL file strictly: the first problem raises CorpusError with file and line."""
-    report = check_files([Path(path)], labels=labels, duplicates=False)
+    report = check_files([Path(path)], labels=labels, duplicates=False, label_set=False)
     if report.errors:
         shown = "\n".join(f"  {i}" for i in report.errors[:10])
         more = f"\n  ... and {len(report.errors) - 10} more" if len(report.errors) > 10 else ""
@@ -181,10 +182,13 @@ class CheckReport:
         out.append(("Length (words)", header, [[s, *[v[c] for c in cols]] for s, v in stats.items()]))
         if self.compound:
             counts = self.compound_counts()
-            cols = ["rows", "compound", "twins", *PAIR_KINDS]
-            short = [*cols[:3], *("+".join(i[0] for i in k.split("+")) for k in PAIR_KINDS)]  # S+A...
-            rows = [[s, *[c[k] for k in cols]] for s, c in counts.items()]
-            out.append(("Compound requests (pair kinds: S+A = SEARCH+ACTION...)", ["split", *short], rows))
+            kinds = pair_kinds(self.compound.values())
+            cols = ["rows", "compound", "twins", *kinds]
+            short = _abbreviations({i for k in kinds for i in k.split("+")})
+            header = ["split", *cols[:3], *("+".join(short[i] for i in k.split("+")) for k in kinds)]
+            key = ", ".join(f"{a} = {i}" for i, a in sorted(short.items(), key=lambda kv: kv[1]))
+            rows = [[s, *[c.get(k, 0) for k in cols]] for s, c in counts.items()]
+            out.append((f"Compound requests by pair kind ({key})", header, rows))
         return out
 
     def to_dict(self) -> dict:
@@ -196,6 +200,15 @@ class CheckReport:
             "length_stats": self.length_stats(),
             "compound": self.compound_counts(),
         }
+
+
+def _abbreviations(names: set[str]) -> dict[str, str]:
+    """Each name's shortest prefix that no other name shares (a table header: S+A for SEARCH+ACTION)."""
+    for k in range(1, max(map(len, names), default=1) + 1):
+        short = {n: n[:k] for n in names}
+        if len(set(short.values())) == len(names):
+            return short
+    return {n: n for n in names}
 
 
 def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
@@ -261,7 +274,7 @@ def _parse_file(path: Path, labels: Sequence[str], report: CheckReport) -> list[
                 err(n, "empty text")
                 continue
             if compound:
-                row, problem = parse_row(obj, n)
+                row, problem = parse_row(obj, n, None if labels is None else intents_of(labels))
                 if row is None:
                     err(n, problem)
                     continue
@@ -275,8 +288,12 @@ def _parse_file(path: Path, labels: Sequence[str], report: CheckReport) -> list[
             if not isinstance(label, str):
                 err(n, f"'label' must be a string, got {type(label).__name__}")
                 continue
-            if label not in labels:
+            if labels is not None and label not in labels:
                 err(n, f"unknown label {label!r} (expected one of {', '.join(labels)})")
+                continue
+            problem = label_problem(label) if labels is None else None
+            if problem:
+                err(n, problem)
                 continue
         rows.append(Example(text=text, label=label, source=src, line=n))
     if not rows and not any(i.source == src and i.severity == "error" for i in report.issues):
@@ -285,15 +302,23 @@ def _parse_file(path: Path, labels: Sequence[str], report: CheckReport) -> list[
 
 
 def check_files(
-    paths: Iterable[str | Path], labels: Sequence[str] = LABELS, duplicates: bool = True
+    paths: Iterable[str | Path],
+    labels: Sequence[str] | None = None,
+    duplicates: bool = True,
+    label_set: bool = True,
 ) -> CheckReport:
-    """Validate corpus files and find duplicates within and across splits."""
+    """Validate corpus files and find duplicates within and across splits. ``labels``: the labels a row
+    may carry; None learns them from the train split (any valid names), and then, with ``label_set``,
+    the other splits may only use those, and each label's rows and the balance are checked
+    (training.label_set)."""
     report = CheckReport()
     files = expand_paths(paths)
     for path in files:
         report.files.append(str(path))
         report.examples[str(path)] = _parse_file(path, labels, report)
     report.issues += [Issue("error", src, line, msg) for src, line, msg in check_pairs(report.compound)]
+    if labels is None and label_set:
+        report.issues += [Issue(*i) for i in label_set_issues(report.examples, split_of)]
     if duplicates:
         _find_duplicates(report)
     return report

@@ -21,7 +21,7 @@ import numpy as np
 from eval.calibration import softmax
 from router.clauses import split_clauses
 from router.compound import best_by_label, classify_clauses, clause_vectors, read_in_context, resolve_batch
-from router.intents import OUT_OF_SCOPE
+from router.intents import OUT_OF_SCOPE, intents_of
 from router.manifest import MANIFEST_NAME, Manifest, ModelError, load_manifest
 from training.compound_head import CompoundHead, fit_clause_reader
 from training.config import TrainConfig, resolve_base_model
@@ -283,8 +283,14 @@ class IntentModel:
             clause_probs = [[dict(zip(self.labels, map(float, p), strict=True)) for p in m] for m in crossed]
             reader = (layers, coef, intercept)
         clause_best = [best_by_label(rows) for rows in clause_probs]
+        order = [*(config.intents or []), *sorted(intents_of(self.labels))]
         head = CompoundHead.fit(
-            emb, _label_sets(labels, secondary), clause_best, c=config.compound_head_c, seed=config.seed
+            emb,
+            _label_sets(labels, secondary),
+            clause_best,
+            list(dict.fromkeys(i for i in order if i in self.labels)),
+            c=config.compound_head_c,
+            seed=config.seed,
         )
         if reader is not None:
             head.reader_layers, head.reader_coef, head.reader_intercept = reader
@@ -566,7 +572,7 @@ def _label_sets(labels: Sequence[str], secondary: Sequence[str | None]) -> list[
 
 def _contrastive_rows(ds, oos_rows: int | None, seed: int):
     """The rows of the contrastive phase: all of them, or at most ``oos_rows`` OUT_OF_SCOPE rows (a
-    seeded sample), so chit-chat does not take the pair budget from the five intents. The head sees all."""
+    seeded sample), so chit-chat does not take the pair budget from the intents. The head sees all."""
     oos = [i for i, l in enumerate(ds["label"]) if l == OUT_OF_SCOPE]
     if oos_rows is None or len(oos) <= oos_rows:
         return ds

@@ -71,7 +71,13 @@ def build(
     conv = cfg.conversation_test_file
     conversations = conv if conv and Path(conv).is_file() else None
     result = evaluate_model(
-        out, cfg.test_file, oos=oos, out=report_dir, compound=compound, conversations=conversations
+        out,
+        cfg.test_file,
+        oos=oos,
+        out=report_dir,
+        compound=compound,
+        conversations=conversations,
+        config=cfg.router_config,
     )
     return manifest, result
 

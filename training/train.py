@@ -13,7 +13,7 @@ from pathlib import Path
 from eval.calibration import softmax, summary
 from eval.data import load_labeled
 from eval.evaluator import split_metrics
-from router.intents import LABELS
+from router.intents import check_labels
 from router.manifest import (
     MANIFEST_NAME,
     Calibration,
@@ -54,19 +54,18 @@ def train(
     out_dir = Path(out_dir)
     t_start = time.perf_counter()
 
-    train_rows = load_labeled(config.train_file, labels=LABELS)
-    dev_rows = load_labeled(config.dev_file, labels=LABELS)
-    test_rows = load_labeled(config.test_file, labels=LABELS) if config.test_file else None
+    # the model's labels are the train file's: its intents, and the reserved labels it uses
+    train_rows = load_labeled(config.train_file)
     labels_in_data = sorted(set(train_rows.labels))
-    if len(labels_in_data) < 2:
-        raise ValueError(f"{config.train_file}: need at least two labels to train, found {labels_in_data}")
-    for name, rows in (("dev", dev_rows), ("test", test_rows)):
-        unseen = sorted(set(rows.labels if rows else []) - set(labels_in_data))
-        if unseen:
-            raise ValueError(f"{name} file has labels the training data lacks: {unseen}")
+    check_labels(labels_in_data, str(config.train_file))
+    unknown = [i for i in config.intents or [] if i not in labels_in_data]
+    if unknown:
+        raise ValueError(f"intents {unknown} of the training config are not labels of {config.train_file}")
+    dev_rows = load_labeled(config.dev_file, labels=labels_in_data)
+    test_rows = load_labeled(config.test_file, labels=labels_in_data) if config.test_file else None
 
     compound = {
-        split: load_labeled(path, labels=LABELS) if path else None
+        split: load_labeled(path, labels=labels_in_data) if path else None
         for split, path in (
             ("train", config.compound_train_file),
             ("dev", config.compound_dev_file),

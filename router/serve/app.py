@@ -25,7 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from router.decision import Decision
 from router.serve.auth import KeyStore, Principal, key_from_headers
 from router.serve.metrics import Metrics
-from router.serve.models import ErrorResponse, PreviousTurn, RouteRequest, RouteResponse
+from router.serve.models import ErrorResponse, PreviousTurn, RouteRequest, RouteResponse, openapi_with_intents
 from router.serve.settings import ServeSettings, is_loopback
 
 log = logging.getLogger("intent_router.serve")
@@ -152,6 +152,13 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.router_state = state
+    generic_openapi = app.openapi  # FastAPI builds it once; the model's intents are named in a copy
+
+    def openapi() -> dict:
+        schema = generic_openapi()
+        return schema if state.router is None else openapi_with_intents(schema, state.router.intents)
+
+    app.openapi = openapi
 
     # ----------------------------------------------------------------------- error handlers
     @app.exception_handler(ApiError)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import copy
+
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from router.decision import Decision
+from router.decision import Decision, name_intents
 
 
 class PreviousTurn(BaseModel):
@@ -44,3 +46,12 @@ class ErrorBody(BaseModel):
 
 class ErrorResponse(BaseModel):
     error: ErrorBody
+
+
+def openapi_with_intents(schema: dict, intents: tuple[str, ...]) -> dict:
+    """A copy of the service's OpenAPI document whose Decision names the served model's intents."""
+    named = copy.deepcopy(schema)
+    parts = named.get("components", {}).get("schemas", {})
+    if "Decision" in parts and "RankedIntent" in parts:
+        name_intents(parts["Decision"], parts["RankedIntent"], intents)
+    return named

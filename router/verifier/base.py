@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from router.intents import INTENTS
+from router.intents import OUT_OF_SCOPE, RESERVED
 
 if TYPE_CHECKING:
     from router.classifier import Classification
@@ -30,8 +30,8 @@ CIRCUIT_OPEN = "circuit_open"  # VerifierUnavailable: not called at all
 @dataclass
 class VerifierResult:
     """The verifier's answer. ``secondary`` is the second intent of a compound request (primary =
-    ``intent``, the end goal): one of the five intents, never ``intent``; None when ``intent`` is
-    OUT_OF_SCOPE or not an intent. Anything else given is turned into None."""
+    ``intent``, the end goal), never ``intent``; None when ``intent`` is OUT_OF_SCOPE. The router
+    checks both against the model's intents (router.verifier.stage)."""
 
     intent: str
     reason_code: str = "other"
@@ -40,7 +40,7 @@ class VerifierResult:
     secondary: str | None = None
 
     def __post_init__(self) -> None:
-        if self.intent not in INTENTS or self.secondary not in INTENTS or self.secondary == self.intent:
+        if self.intent == OUT_OF_SCOPE or self.secondary == self.intent or self.secondary in RESERVED:
             self.secondary = None
 
 

@@ -38,10 +38,12 @@ from router.verifier.base import (
 from router.verifier.breaker import CircuitBreaker
 from router.verifier.parsing import RAW_LIMIT, Verdict, rejects_response_format, sanitize, validate_output
 from router.verifier.prompt import (
-    OUTPUT_SCHEMA,
     build_system_prompt,
     build_user_prompt,
+    definitions_from_config,
+    intents_defined,
     load_intent_definitions,
+    output_schema,
     strict_retry_suffix,
 )
 from router.verifier.settings import AZURE_SUFFIXES, VerifierSettings, is_loopback, redact_url
@@ -122,7 +124,12 @@ class LLMVerifier:
         if not isinstance(registry, RouterConfig):
             registry = RouterConfig.load(registry if registry is not None else settings.registry_path)
         self.registry = registry
-        self.system_prompt = build_system_prompt(registry, load_intent_definitions(intents_path))
+        # an intents file, else the config's own descriptions, else the shipped model's definitions
+        described = definitions_from_config(registry) if intents_path is None else None
+        definitions = described or load_intent_definitions(intents_path)
+        self.intents = intents_defined(definitions)  # what it chooses among: the model's (Router checks)
+        self.output_schema = output_schema(self.intents)
+        self.system_prompt = build_system_prompt(registry, definitions)
         self.endpoint = settings.endpoint_display  # for messages and logs; credentials redacted
         self._url = settings.endpoint
         self._secrets = settings.secrets
@@ -230,7 +237,7 @@ class LLMVerifier:
                     endpoint_failed=True,
                 )
             dialect = self.dialect
-            content = user + (strict_retry_suffix(strict_error) if strict_error else "")
+            content = user + (strict_retry_suffix(strict_error, self.output_schema) if strict_error else "")
             body: dict[str, Any] = {
                 "messages": [
                     {"role": "system", "content": self.system_prompt},
@@ -245,10 +252,10 @@ class LLMVerifier:
             if dialect == "json_schema":
                 body["response_format"] = {
                     "type": "json_schema",
-                    "json_schema": {"name": "intent_verdict", "strict": True, "schema": OUTPUT_SCHEMA},
+                    "json_schema": {"name": "intent_verdict", "strict": True, "schema": self.output_schema},
                 }
             elif dialect == "json_object":
-                body["response_format"] = {"type": "json_object", "schema": OUTPUT_SCHEMA}
+                body["response_format"] = {"type": "json_object", "schema": self.output_schema}
             request_timeout = min(s.timeout, remaining)
             att: dict[str, Any] = {
                 "attempt": len(attempts) + 1,
@@ -332,7 +339,7 @@ class LLMVerifier:
                     INVALID_JSON, None, None, "output cut off at max_tokens (finish_reason length)"
                 )
             else:
-                verdict = validate_output(out)
+                verdict = validate_output(out, self.intents)
             err = verdict.error
             self._finish(att, t0, verdict.status, raw=out, error=err)
             if verdict.dropped:

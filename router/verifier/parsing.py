@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from router.intents import ANSWERS, INTENTS, OUT_OF_SCOPE
+from router.intents import OUT_OF_SCOPE, answers_of
 from router.verifier.base import (
     ACCEPTED,
     INVALID_INTENT,
@@ -55,35 +56,42 @@ class Verdict(NamedTuple):
 _NO_SECONDARY = ("", "NONE", "NULL")
 
 
-def parse_secondary(value: Any, intent: str) -> tuple[str | None, str | None]:
+def _by_name(names: Sequence[str]) -> dict[str, str]:
+    """Case-folded name -> name: a model answering "search" or " Search " means SEARCH."""
+    return {n.casefold(): n for n in names}
+
+
+def parse_secondary(value: Any, intent: str, intents: Sequence[str]) -> tuple[str | None, str | None]:
     """(secondary, why dropped) for a ``secondary_intent`` value next to the valid ``intent``: missing,
-    null, "", "none" or ``intent`` itself mean no second intent; anything else outside the five intents,
-    or any second intent of an OUT_OF_SCOPE answer, is dropped (never a failure)."""
+    null, "", "none" or ``intent`` itself mean no second intent; anything else outside ``intents``, or any
+    second intent of an OUT_OF_SCOPE answer, is dropped (never a failure)."""
     if value is None:
         return None, None
-    norm = value.strip().upper() if isinstance(value, str) else None
-    if norm in _NO_SECONDARY or norm == intent:
+    norm = _by_name(intents).get(value.strip().casefold()) if isinstance(value, str) else None
+    if norm == intent or (isinstance(value, str) and value.strip().upper() in _NO_SECONDARY):
         return None, None
     shown = str(value)[:40]
-    if norm not in INTENTS:
-        return None, f"secondary_intent {shown!r} dropped: not one of {', '.join(INTENTS)}"
+    if norm is None:
+        return None, f"secondary_intent {shown!r} dropped: not one of {', '.join(intents)}"
     if intent == OUT_OF_SCOPE:
         return None, f"secondary_intent {shown!r} dropped: the intent is {OUT_OF_SCOPE}"
     return norm, None
 
 
-def validate_output(content: str) -> Verdict:
-    """Validate one model output: intent and reason_code must be valid; secondary_intent is optional."""
+def validate_output(content: str, intents: Sequence[str]) -> Verdict:
+    """Validate one model output: intent (one of ``intents`` or out of scope) and reason_code must be
+    valid; secondary_intent is optional."""
     obj = extract_json_object(content)
     if obj is None:
         return Verdict(INVALID_JSON, None, None, "no JSON object in the output")
     if "intent" not in obj:
         return Verdict(INVALID_JSON, None, None, "the JSON object has no 'intent'")
     intent = obj["intent"]
-    norm = intent.strip().upper() if isinstance(intent, str) else None
-    if norm not in ANSWERS:
+    answers = answers_of(intents)
+    norm = _by_name(answers).get(intent.strip().casefold()) if isinstance(intent, str) else None
+    if norm is None:
         return Verdict(
-            INVALID_INTENT, None, None, f"intent {str(intent)[:40]!r} is not one of {', '.join(ANSWERS)}"
+            INVALID_INTENT, None, None, f"intent {str(intent)[:40]!r} is not one of {', '.join(answers)}"
         )
     code = obj.get("reason_code")
     code_norm = code.strip().lower().replace("-", "_").replace(" ", "_") if isinstance(code, str) else None
@@ -94,7 +102,7 @@ def validate_output(content: str) -> Verdict:
             None,
             f"reason_code {str(code)[:40]!r} is not one of {', '.join(VERIFIER_REASON_CODES)}",
         )
-    secondary, dropped = parse_secondary(obj.get("secondary_intent"), norm)
+    secondary, dropped = parse_secondary(obj.get("secondary_intent"), norm, intents)
     return Verdict(ACCEPTED, norm, code_norm, None, secondary, dropped)
 
 

@@ -4,12 +4,12 @@ every request, so servers cache the prefix) and a dynamic user part (candidates,
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from router.intents import ANSWERS, INTENTS
+from router.intents import CONTINUATION, RESERVED, answers_of, label_problem
 from router.strict import load_yaml
 from router.verifier.base import VERIFIER_REASON_CODES
 
@@ -18,41 +18,73 @@ if TYPE_CHECKING:
     from router.config import RouterConfig
     from router.decision import Decision
 
+
 # Strict mode: every property required, no others. secondary_intent is nullable as anyOf [enum string,
 # null]: OpenAI strict mode, vLLM and llama.cpp's grammar accept it, whereas llama-cpp-python turns a type
 # list (["string", "null"]) into "any string or null" and drops the enum, and "nullable" is not JSON Schema.
-OUTPUT_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "intent": {"type": "string", "enum": list(ANSWERS)},
-        "secondary_intent": {"anyOf": [{"type": "string", "enum": list(INTENTS)}, {"type": "null"}]},
-        "reason_code": {"type": "string", "enum": list(VERIFIER_REASON_CODES)},
-    },
-    "required": ["intent", "secondary_intent", "reason_code"],
-    "additionalProperties": False,
-}
+def output_schema(intents: Sequence[str]) -> dict[str, Any]:
+    """The answer's JSON Schema for a model with ``intents``."""
+    return {
+        "type": "object",
+        "properties": {
+            "intent": {"type": "string", "enum": list(answers_of(intents))},
+            "secondary_intent": {"anyOf": [{"type": "string", "enum": list(intents)}, {"type": "null"}]},
+            "reason_code": {"type": "string", "enum": list(VERIFIER_REASON_CODES)},
+        },
+        "required": ["intent", "secondary_intent", "reason_code"],
+        "additionalProperties": False,
+    }
+
+
 TOP_CANDIDATES = 3
+_COUNTS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
 
 
 def load_intent_definitions(path: str | Path | None = None) -> dict[str, Any]:
-    """The shipped ``router/config/intents.yaml`` (or ``path``): definitions and boundary rules."""
+    """The shipped model's ``router/config/intents.yaml`` (or ``path``): each intent's definition (and
+    signals), boundary rules. Its intents must be the model's (the Router checks)."""
     if path is None:
         text = resources.files("router").joinpath("config/intents.yaml").read_text(encoding="utf-8")
         source = "router/config/intents.yaml"
     else:
         text, source = Path(path).read_text(encoding="utf-8"), str(path)
     doc, _ = load_yaml(text, source)
-    if not isinstance(doc, dict) or set(doc.get("intents") or {}) != set(INTENTS):
-        raise ValueError(f"intent definitions must define exactly {', '.join(INTENTS)}")
+    intents = doc.get("intents") if isinstance(doc, dict) else None
+    if not isinstance(intents, dict) or not intents:
+        raise ValueError(f"{source}: intent definitions need 'intents': a mapping of intent -> definition")
+    for name, spec in intents.items():
+        problem = label_problem(name) or ("a reserved label, not an intent" if name in RESERVED else None)
+        if problem:
+            raise ValueError(f"{source}: intents: {name!r}: {problem}")
+        if not isinstance(spec, dict) or not str(spec.get("definition") or "").strip():
+            raise ValueError(f"{source}: intents: {name}: needs a 'definition'")
     return doc
+
+
+def definitions_from_config(config: RouterConfig) -> dict[str, Any] | None:
+    """Intent definitions from a router config whose every intent has a ``description``, else None."""
+    if not all(spec.description.strip() for spec in config.intents.values()):
+        return None
+    return {"intents": {name: {"definition": spec.description} for name, spec in config.intents.items()}}
+
+
+def intents_defined(intents_doc: Mapping[str, Any]) -> tuple[str, ...]:
+    """The intents an intent-definitions document defines, in its order."""
+    return tuple(intents_doc["intents"])
 
 
 def build_system_prompt(config: RouterConfig, intents_doc: Mapping[str, Any]) -> str:
     """The static part: the same bytes for every request with the same config, so servers cache it."""
     codes = ", ".join(VERIFIER_REASON_CODES)
+    intents = intents_defined(intents_doc)
+    missing = [name for name in intents if name not in config.intents]
+    if missing:
+        raise ValueError(f"the router config has no skills for the intent(s) {', '.join(missing)}")
+    answers = answers_of(intents)
+    count = _COUNTS[len(intents)] if len(intents) < len(_COUNTS) else str(len(intents))
     lines = [
         "You are the intent verifier of an intent router for an LLM agent. A small classifier was not "
-        "confident about one user message; you decide which ONE of five intents the message has (and a "
+        f"confident about one user message; you decide which ONE of {count} intents the message has (and a "
         "second one only when it asks for two separate things), or that it is OUT_OF_SCOPE (it needs no "
         "skill: greetings, thanks, small talk, questions about you). You only choose intents: skills and "
         "permissions are decided afterwards by the router from the caller's role, never from the message.",
@@ -63,7 +95,7 @@ def build_system_prompt(config: RouterConfig, intents_doc: Mapping[str, Any]) ->
         "",
         "# Intents",
     ]
-    for name in INTENTS:
+    for name in intents:
         spec = intents_doc["intents"][name]
         lines.append(f"- {name}: {' '.join(str(spec['definition']).split())}")
         if spec.get("signals"):
@@ -77,7 +109,7 @@ def build_system_prompt(config: RouterConfig, intents_doc: Mapping[str, Any]) ->
 
     lines += ["", "# Skills each intent loads"]
     used: list[str] = []
-    for name in INTENTS:
+    for name in intents:
         spec = config.intents[name]
         req = ", ".join(spec.required) or "none"
         opt = ", ".join(spec.optional) or "none"
@@ -113,9 +145,9 @@ def build_system_prompt(config: RouterConfig, intents_doc: Mapping[str, Any]) ->
         "",
         "# Output",
         "Answer with exactly one JSON object and nothing else: no prose, no code fences.",
-        f'{{"intent": "<one of {"|".join(ANSWERS)}>", "secondary_intent": <null or one of '
-        f'"{"|".join(INTENTS)}">, "reason_code": "<one of {codes.replace(", ", "|")}>"}}',
-        f"JSON Schema: {json.dumps(OUTPUT_SCHEMA, separators=(',', ':'))}",
+        f'{{"intent": "<one of {"|".join(answers)}>", "secondary_intent": <null or one of '
+        f'"{"|".join(intents)}">, "reason_code": "<one of {codes.replace(", ", "|")}>"}}',
+        f"JSON Schema: {json.dumps(output_schema(intents), separators=(',', ':'))}",
     ]
     return "\n".join(lines)
 
@@ -130,7 +162,8 @@ def build_user_prompt(
     """The dynamic part: the classifier's candidates (the labels a verifier may answer), the previous turn
     (its decision, and its message when ``context`` gives it) and the message (JSON-quoted)."""
     lines = []
-    ranking = [r for r in getattr(classification, "ranking", None) or [] if r[0] in ANSWERS][:TOP_CANDIDATES]
+    ranking = [r for r in getattr(classification, "ranking", None) or [] if r[0] != CONTINUATION]
+    ranking = ranking[:TOP_CANDIDATES]
     if ranking:
         lines.append("Classifier's top candidates (calibrated confidence, below the router's threshold):")
         lines += [f"- {label}: {float(p):.3f}" for label, p in ranking]
@@ -141,7 +174,7 @@ def build_user_prompt(
     elif previous is None:
         lines.append("Previous turn: its intent is not known.")
     else:
-        prev_intent = previous.intent.value if previous.intent is not None else "none (no intent was chosen)"
+        prev_intent = previous.intent if previous.intent is not None else "none (no intent was chosen)"
         lines.append(
             f"Previous turn: intent {prev_intent} (source {previous.source}, "
             f"reason {previous.reason_code.value})."
@@ -158,9 +191,9 @@ def build_user_prompt(
     return "\n".join(lines)
 
 
-def strict_retry_suffix(error: str) -> str:
+def strict_retry_suffix(error: str, schema: Mapping[str, Any]) -> str:
     return (
         "\n\nYour previous answer to this request was invalid: " + error + ". Reply with only one JSON "
         "object that matches this JSON Schema, and no other text:\n"
-        + json.dumps(OUTPUT_SCHEMA, separators=(",", ":"))
+        + json.dumps(schema, separators=(",", ":"))
     )

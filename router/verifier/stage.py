@@ -7,17 +7,37 @@ import time
 
 from router.classifier import Classification
 from router.decision import ReasonCode
-from router.intents import INTENTS, OUT_OF_SCOPE
+from router.intents import OUT_OF_SCOPE
 from router.steps import step
 from router.verifier.base import VerifierError, VerifierUnavailable
 
 
+def check_verifier(verifier, intents: tuple[str, ...]) -> None:
+    """Raise ValueError when ``verifier`` says which intents it chooses among (``.intents``, as
+    router.verifier.LLMVerifier does) and they are not the model's ``intents``."""
+    known = getattr(verifier, "intents", None)
+    if known is not None and set(known) != set(intents):
+        raise ValueError(
+            f"the verifier chooses among {', '.join(known)}; the model's intents are {', '.join(intents)}: "
+            "give the verifier the model's intent definitions (an intents file, or a 'description' for "
+            "each intent of the router config)"
+        )
+
+
 def verify_stage(
-    verifier, text: str, c: Classification, turn: tuple, trace: list, latency: dict, read_context
+    verifier,
+    text: str,
+    c: Classification,
+    turn: tuple,
+    trace: list,
+    latency: dict,
+    read_context,
+    intents: tuple[str, ...],
 ):
     """(intent or None, source, reason, secondary intent or None). ``turn`` is (previous Decision, previous
     message, role); ``read_context()`` gives the conversation's router.conversation.Context, or None,
-    for a verifier that calls the message a same-domain follow-up."""
+    for a verifier that calls the message a same-domain follow-up. An answer outside the model's
+    ``intents`` (and out of scope) fails."""
     previous, context, _ = turn
     if verifier is None:
         trace.append(step("verifier", "absent"))
@@ -56,14 +76,14 @@ def verify_stage(
         detail["kept_previous"] = ctx.intents[0]
         trace.append(step("verifier", "accepted", detail, round(ms, 4)))
         return ctx.intents[0], "verifier", ReasonCode.FOLLOW_UP, ctx.secondary
-    if res.intent not in INTENTS and not (
+    if res.intent not in intents and not (
         res.intent == OUT_OF_SCOPE and res.reason_code != "same_domain_follow_up"
     ):
         detail = {"intent": res.intent, "attempts": res.attempts}
         trace.append(step("verifier", "invalid_intent", detail, round(ms, 4)))
         return None, "fallback", ReasonCode.VERIFIER_FAILED, None
     secondary = getattr(res, "secondary", None)
-    secondary = secondary if secondary in INTENTS and secondary != res.intent else None
+    secondary = secondary if secondary in intents and secondary != res.intent else None
     if secondary:
         detail["secondary"] = secondary
     trace.append(step("verifier", "accepted", detail, round(ms, 4)))
