@@ -1,7 +1,8 @@
 """intent-router command line: one Typer app assembled from the commands beside the code they front.
 
 router/commands.py (serve, config check, schema: runtime only), eval/commands.py (route, score, gate:
-files of messages and CI) and training/commands.py (init, data check, train, export, build, eval, bench).
+files of messages and CI) and training/commands.py (init, data check, train, export, build) and training/measure_commands.py (eval,
+bench).
 Each command parses its options, calls one library function and prints. Every error is one line and
 a non-zero exit; ``--debug`` shows the traceback, ``--verbose`` lets third-party libraries log at INFO.
 """
@@ -16,6 +17,7 @@ from eval import commands as files
 from router import commands as runtime
 from router.console import Opt, set_verbosity
 from training import commands as lifecycle
+from training import measure_commands as measure
 
 app = typer.Typer(
     help="Train, export, evaluate and run an intent router: the shipped five-intent model, or your own.",
@@ -37,14 +39,15 @@ app.command()(lifecycle.build)
 app.command("recover-body")(lifecycle.recover_body)
 app.command()(files.route)
 app.command()(runtime.schema)
-app.command("eval")(lifecycle.evaluate)
+app.command("eval")(measure.evaluate)
 app.command()(files.gate)
 app.command()(runtime.serve)
 app.command()(files.score)
 data_app.command("check")(lifecycle.data_check)
 config_app.command("check")(runtime.config_check)
-bench_app.command("speed")(lifecycle.bench_speed)
-bench_app.command("dataset")(lifecycle.bench_dataset)
+bench_app.command("speed")(measure.bench_speed)
+bench_app.command("dataset")(measure.bench_dataset)
+bench_app.command("examples")(measure.bench_examples)
 
 
 @app.callback()

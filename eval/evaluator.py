@@ -231,6 +231,7 @@ def run_evaluation(
     taus: Sequence[float] = DEFAULT_TAUS,
     predictor: Predictor | None = None,
     config: RouterConfig | str | Path | None = None,
+    fit_thresholds: float | None = None,
 ) -> dict:
     """Evaluate a model on labeled ``data`` (and unlabeled out-of-scope ``oos``, and the compound
     requests and their single-intent twins of ``compound``, scored apart); return the report dict.
@@ -242,7 +243,8 @@ def run_evaluation(
     ``max_latency_samples=0`` skips the latency measurement. ``conversations`` (a conversation file,
     eval.conversation) routes conversations turn by turn through the router over ``model``, an exported
     model directory. ``config``: the router config (a file, or loaded) whose threshold, skills and roles
-    the report uses; default: the shipped one.
+    the report uses; default: the shipped one. ``fit_thresholds`` (a target precision) adds each intent's
+    threshold fitted on ``data`` (eval.intent_thresholds).
     """
     cfg = config if isinstance(config, RouterConfig) else RouterConfig.load(config)
     tau = validate_threshold(threshold if threshold is not None else cfg.threshold)
@@ -299,6 +301,10 @@ def run_evaluation(
         "verifier": None,
         "environment": _environment(),
     }
+    if fit_thresholds is not None:
+        from eval.intent_thresholds import fit_intent_thresholds
+
+        report["intent_thresholds"] = fit_intent_thresholds(ev.probs, ev.y, labels, tau, fit_thresholds)
     if conversations is not None:
         report["conversation"] = _conversation_section(model, variant, tau, conversations, cfg)
     if verifier is not None:

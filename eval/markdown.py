@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from eval.conversation import markdown_lines as conversation_lines
+from eval.intent_thresholds import markdown_lines as threshold_lines
 from eval.plots import PLOT_FILES
 from eval.text_tables import cell as _cell
 from eval.text_tables import f as _f
@@ -137,6 +138,8 @@ def render_markdown(report: dict, plots: bool = True) -> str:
     lines += _scope_lines(report.get("scope"))
     lines += _compound_lines(report.get("compound"))
     lines += conversation_lines(report.get("conversation"))
+    if report.get("intent_thresholds"):
+        lines += ["## Thresholds per intent", "", *threshold_lines(report["intent_thresholds"]), ""]
 
     v = report.get("verifier")
     if v:

@@ -1,7 +1,7 @@
 """Verifier lift: on the messages the classifier is not confident about (confidence < tau), how
 accurate is the classifier's own top-1 compared with the verifier's answer?
 
-A verifier failure (``VerifierError`` or any exception, or an intent outside the five) is what the
+A verifier failure (``VerifierError`` or any exception, or an intent outside the model's) is what the
 router turns into the fallback: it counts as wrong in ``verifier_accuracy`` and is left out of
 ``verifier_accuracy_answered``.
 """

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import time
 import warnings
 from collections.abc import Sequence
@@ -15,6 +14,7 @@ import onnxruntime as ort
 from tokenizers import Tokenizer
 
 from router import env as envvars
+from router.batches import DEFAULT_MAX_TOKENS, check_texts, length_batches
 from router.compound import (
     classify_clauses,
     clause_floor,
@@ -28,12 +28,6 @@ from router.model_card import check_graph_metadata, read_graph_metadata
 from router.wordpiece import AsciiWordPiece
 
 log = logging.getLogger(__name__)
-# a batch's padded size: past a few hundred tokens a batch runs slower per message than smaller ones (the
-# long tail of lengths pads every row to the longest); docs/speed.md has the measurements
-DEFAULT_MAX_TOKENS = 512
-# what one more graph run costs, in padded tokens: a run of up to 128 padded tokens takes about a + b * tokens,
-# and a / b measured 17 on the shipped 6-layer int8 graph and 13 on a 3-layer student (docs/speed.md)
-RUN_COST_TOKENS = 16
 
 
 class UnstampedGraphWarning(UserWarning):
@@ -54,6 +48,7 @@ class Classification:
     intent_scores: dict[str, float] | None = None  # one-vs-rest scores (manifest.compound), when computed
     intents: list[str] = field(default_factory=list)  # router.compound.resolve_intents: primary first
     clauses: list[dict] = field(default_factory=list)  # the clauses classified for it, when it has any
+    embedding: np.ndarray | None = None  # the sentence embedding, when the classifier fetches it
 
 
 class Classifier:
@@ -151,6 +146,9 @@ class Classifier:
         # the token states are fetched only by the calls that read clauses
         self._outputs_states = self._outputs + ([self._reader.output] if self._reader is not None else [])
         names = {o.name for o in outputs}
+        # the sentence embedding (manifest export.embedding_output), fetched once with_embeddings is set
+        self.embedding_output = export.embedding_output if export.embedding_output in names else None
+        self.with_embeddings = False
         if not set(self._outputs_states) <= names:
             missing = sorted(set(self._outputs_states) - names)
             raise ModelError(f"{graph_path}: the graph lacks output(s) {missing}")
@@ -167,9 +165,10 @@ class Classifier:
 
     # ------------------------------------------------------------------------------------- run
     def _run(self, texts: Sequence[str], read_clauses: bool = False):
-        """Tokenize, then run the graph in length-sorted batches (``_chunks``) so padding stays short; rows come back
+        """Tokenize, then run the graph in length-sorted batches (router.batches.length_batches) so padding stays short; rows come back
         in input order. Returns (probabilities, in-scope distances or None, intent scores or None,
-        encodings, tokenize seconds, inference seconds, clause vectors). With ``read_clauses`` and a
+        encodings, tokenize seconds, inference seconds, sentence embeddings or None (``with_embeddings``),
+        clause vectors). With ``read_clauses`` and a
         clause reader, the clause vectors map each message whose clauses could matter to its clauses and
         their vectors (router.compound.clause_vectors), taken from each chunk's token states as it runs;
         else they are None."""
@@ -185,13 +184,14 @@ class Classifier:
             else None
         )
         vectors = {} if read_clauses and self._reader is not None and scores is not None else None
+        emb = [None] * len(encs) if self.with_embeddings else None
         floor = clause_floor(self.manifest.compound) if vectors is not None else 0.0
         single = len(encs) == 1
         if single:  # one message needs no plan
             chunks = [[0]]
         else:
             order = sorted(range(len(encs)), key=lengths.__getitem__)
-            chunks = _chunks(order, lengths, self.max_batch, self.max_tokens)
+            chunks = length_batches(order, lengths, self.max_batch, self.max_tokens)
         for idx in chunks:
             at = slice(0, 1) if single else idx  # a slice sets one row in a third of a list index's time
             # the tokenizer pads nothing, so a message's attention mask is ones over its own tokens
@@ -205,10 +205,15 @@ class Classifier:
                 for row, i in enumerate(idx):
                     ids[row, : lengths[i]] = encs[i].ids
                     mask[row, : lengths[i]] = 1
+            fetch = self._outputs if vectors is None else self._outputs_states
             out = self.session.run(
-                self._outputs if vectors is None else self._outputs_states,
+                [*fetch, self.embedding_output] if emb is not None else fetch,
                 {"input_ids": ids, "attention_mask": mask},
             )
+            if emb is not None:
+                for row, i in enumerate(idx):
+                    emb[i] = out[-1][row]
+                out.pop()
             probs[at] = out[0]
             if dist is not None:
                 dist[at] = out[1]
@@ -218,7 +223,7 @@ class Classifier:
                 self._clause_vectors(
                     texts, encs, idx, out[0], out[len(self._outputs) - 1], out[-1], floor, vectors
                 )
-        return probs, dist, scores, encs, t1 - t0, time.perf_counter() - t1, vectors
+        return probs, dist, scores, encs, t1 - t0, time.perf_counter() - t1, emb, vectors
 
     def _encode(self, texts: Sequence[str]) -> list:
         """Encodings in input order: router.wordpiece's where it takes the text, the tokenizer's elsewhere."""
@@ -254,7 +259,7 @@ class Classifier:
 
     def predict(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray | None]:
         """(probabilities, in-scope distances): the distances are None when the model has none."""
-        _check_texts(texts)
+        check_texts(texts)
         if not texts:
             empty = np.zeros(0, dtype=np.float32) if self.distance_threshold is not None else None
             return np.zeros((0, len(self.labels)), dtype=np.float32), empty
@@ -268,7 +273,7 @@ class Classifier:
         order, each message's intents by router.compound.resolve_intents, each message's clauses with their
         top label and probability); the scores are (n, 0) and every message has at most one intent when the
         model has no compound head."""
-        _check_texts(texts)
+        check_texts(texts)
         if not texts:
             empty = np.zeros(0, dtype=np.float32) if self.distance_threshold is not None else None
             k = len(self.compound_intents)
@@ -307,15 +312,29 @@ class Classifier:
             split=split,
         )
 
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """The sentence embeddings of ``texts``: the graph's embedding output (training.embeddings), raw."""
+        if self.embedding_output is None:
+            raise ModelError(
+                f"{self.model_dir}: the graph has no sentence-embedding output; re-export the model"
+            )
+        check_texts(texts)
+        before, self.with_embeddings = self.with_embeddings, True
+        try:
+            emb = self._run(texts)[6] if texts else []
+        finally:
+            self.with_embeddings = before
+        return np.asarray(emb, dtype=np.float32).reshape(len(texts), -1)
+
     # --------------------------------------------------------------------------------- classify
     def classify(self, text: str) -> Classification:
         return self.classify_batch([text])[0]
 
     def classify_batch(self, texts: Sequence[str]) -> list[Classification]:
-        _check_texts(texts)
+        check_texts(texts)
         if not texts:
             return []
-        probs, dist, scores, encs, tok_s, inf_s, vectors = self._run(texts, read_clauses=True)
+        probs, dist, scores, encs, tok_s, inf_s, emb, vectors = self._run(texts, read_clauses=True)
         t0 = time.perf_counter()
         intents, clauses = self._intents(texts, probs, scores, vectors)
         inf_s += time.perf_counter() - t0  # the clauses' own run
@@ -341,6 +360,7 @@ class Classifier:
                     else None,
                     intents=intents[i],
                     clauses=clauses[i],
+                    embedding=emb[i] if emb is not None else None,
                 )
             )
         return out
@@ -348,40 +368,3 @@ class Classifier:
 
 def _by_probability(item: tuple[str, float]) -> float:
     return -item[1]
-
-
-def _chunks(
-    order: list[int], lengths: list[int], max_rows: int, max_tokens: int, run_cost: int = RUN_COST_TOKENS
-) -> list[list[int]]:
-    """``order`` (indices sorted by length) cut into batches of at most ``max_rows`` rows and, padded to
-    their longest row, ``max_tokens`` tokens (a batch always takes at least one row), at the cuts that
-    minimise the padded tokens plus ``run_cost`` per batch (dynamic programming over the sorted rows)."""
-    widths = [lengths[i] for i in order]
-    n = len(widths)
-    best = [0.0] + [math.inf] * n  # best[j]: cost of the first j rows
-    start = [0] * (n + 1)
-    for j in range(1, n + 1):
-        width = widths[j - 1]  # the longest row of any batch that ends at row j - 1
-        for i in range(j - 1, max(j - 1 - max_rows, -1), -1):
-            rows = j - i
-            if rows > 1 and rows * width > max_tokens:
-                break
-            cost = best[i] + run_cost + rows * width
-            if cost < best[j]:
-                best[j], start[j] = cost, i
-    out: list[list[int]] = []
-    j = n
-    while j > 0:
-        out.append(order[start[j] : j])
-        j = start[j]
-    return out[::-1]
-
-
-def _check_texts(texts: Sequence[str]) -> None:
-    if isinstance(texts, str):
-        raise TypeError(
-            "expected a sequence of strings, got one str: use classify(text) for a single message"
-        )
-    for i, t in enumerate(texts):
-        if not isinstance(t, str):
-            raise TypeError(f"message {i} is {type(t).__name__}, expected str")

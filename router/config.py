@@ -20,6 +20,8 @@ WILDCARD = "*"
 class IntentSkills(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     description: str = ""  # what the intent means, for the verifier's prompt (router.verifier.prompt)
+    # utterances of an intent the model does not predict: served by similarity (router.examples)
+    examples: list[str] = Field(default_factory=list)
     required: list[str] = Field(default_factory=list)
     optional: list[str] = Field(default_factory=list)
     context_budget: int = Field(ge=0)
@@ -62,6 +64,8 @@ class RouterConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
     threshold: float = 0.75
+    # an intent's own threshold, where it differs (``intent-router eval --fit-thresholds`` fits them)
+    thresholds: dict[str, float] = Field(default_factory=dict)
     fallback_intents: list[str] = Field(default_factory=list)
     max_chars: int = Field(10000, ge=1)
     intents: dict[str, IntentSkills]
@@ -77,18 +81,33 @@ class RouterConfig(BaseModel):
         unknown = [i for i in self.fallback_intents if i not in self.intents]
         if unknown:
             raise ValueError(f"fallback_intents must name configured intents, got {self.fallback_intents}")
+        unknown = [i for i in self.thresholds if i not in self.intents]
+        if unknown:
+            raise ValueError(f"thresholds must name configured intents, got {unknown}")
+        for value in self.thresholds.values():
+            validate_threshold(value)
         return self
 
+    def example_intents(self, model_intents: tuple[str, ...] | list[str]) -> dict[str, list[str]]:
+        """The intents the model does not predict that this config defines by examples (router.examples)."""
+        return {n: list(s.examples) for n, s in self.intents.items() if n not in model_intents and s.examples}
+
     def check_intents(self, intents: tuple[str, ...] | list[str], model: str = "the model") -> None:
-        """Raise ValueError unless this config has an entry for each of a model's ``intents`` and no other."""
+        """Raise ValueError unless this config has an entry for each of a model's ``intents`` and no other
+        but intents defined by enough examples (router.examples.MIN_EXAMPLES)."""
+        from router.examples import MIN_EXAMPLES
+
         missing = [i for i in intents if i not in self.intents]
-        extra = [i for i in self.intents if i not in intents]
+        extra = [i for i in self.intents if i not in intents and len(self.intents[i].examples) < MIN_EXAMPLES]
         if missing or extra:
             parts = [f"{model} has the intents {', '.join(intents)}"]
             if missing:
                 parts.append(f"the router config has no entry for {', '.join(missing)}")
             if extra:
-                parts.append(f"the router config names {', '.join(extra)}, which {model} does not predict")
+                parts.append(
+                    f"the router config names {', '.join(extra)}, which {model} does not predict (an intent "
+                    f"served without retraining needs at least {MIN_EXAMPLES} examples)"
+                )
             raise ValueError("; ".join(parts))
 
     @classmethod

@@ -10,7 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-Source = Literal["classifier", "verifier", "fallback", "guardrail"]
+# "examples": an intent the model does not predict, defined by examples in the router config (router.examples)
+Source = Literal["classifier", "verifier", "fallback", "guardrail", "examples"]
 
 
 class ReasonCode(str, Enum):
@@ -30,6 +31,7 @@ class ReasonCode(str, Enum):
     FOLLOW_UP_IN_CONTEXT = "follow_up"  # a continuation, read in context: the conversation's intents
     NEEDS_CONTEXT = "needs_context"  # a continuation with no previous turn to read it with: no skill
     CLARIFY = "clarify"  # unsure, no verifier answer and no fallback intents: no skill, ask the user
+    MATCHED_EXAMPLES = "matched_examples"  # an intent defined by examples: its nearest example reached it
 
 
 class RankedIntent(BaseModel):
@@ -118,7 +120,10 @@ class Decision(BaseModel):
     message: str = ""
     requires_confirmation: bool = False
     context_budget: int = 0
-    threshold: float
+    threshold: float = Field(
+        description="The confidence threshold applied to the decision's intent: its own (config "
+        "``thresholds``), else the router's."
+    )
     model_id: str
     input: InputInfo
     latency: Latency = Field(default_factory=Latency)

@@ -263,6 +263,10 @@ class Export(BaseModel):
     tokenizer: FileEntry
     variants: dict[str, Variant]
     default_variant: str = "int8"
+    # intents defined by examples (router.examples): the graph's sentence embedding, and the training
+    # data's reference sample their thresholds are fitted against
+    embedding_output: str | None = None
+    reference: FileEntry | None = None
 
 
 class Manifest(BaseModel):

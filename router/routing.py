@@ -22,10 +22,11 @@ from router.conversation import (
     with_prior,
 )
 from router.decision import Decision, ReasonCode
+from router.examples import ExampleIntents
 from router.grants import SkillGrants
 from router.guardrail import low_signal_reason, repair_text
-from router.intents import OUT_OF_SCOPE, RESERVED, intents_of
-from router.steps import compound_step, ranking, step
+from router.intents import RESERVED, intents_of
+from router.steps import compound_step, ranking, scope_of, step
 from router.verifier import Verifier
 from router.verifier.stage import check_verifier, verify_stage
 
@@ -60,9 +61,16 @@ class Router:
         self.classifier = classifier
         self.config = config or RouterConfig.load()
         self.threshold = validate_threshold(threshold if threshold is not None else self.config.threshold)
+        # an intent's own threshold (config ``thresholds``), unless the caller set one for all
+        self.thresholds = dict(self.config.thresholds) if threshold is None else {}
         self.verifier = verifier
-        self.intents = intents_of(classifier.labels)  # the model's, in its order
-        self.config.check_intents(self.intents, f"the model {classifier.model_id}")
+        model_intents = intents_of(classifier.labels)
+        self.config.check_intents(model_intents, f"the model {classifier.model_id}")
+        defined = self.config.example_intents(model_intents)
+        self.examples = ExampleIntents(classifier, defined, self.config.thresholds) if defined else None
+        self.intents = (*model_intents, *defined)  # the model's, in its order, then those defined by examples
+        if self.examples is not None:  # similarity thresholds, whatever the caller's threshold
+            self.thresholds.update({n: e.threshold for n, e in self.examples.intents.items()})
         check_verifier(verifier, self.intents)
         self._grants = SkillGrants(self.config)
         self.conversational = knows_continuations(classifier.labels)
@@ -246,13 +254,19 @@ class Router:
                 "weight": round(self.context_weight, 4),
             }
             trace.append(step("conversation", "prior", prior))
-        scope = self._scope(c)
+        scope = scope_of(c, self.threshold, self.classifier.distance_threshold)
+        match = self.examples.match(c.embedding) if self.examples is not None else None
+        if match is not None:  # an intent defined by examples (router.examples)
+            trace.append(step("examples", "matched", match))
+            reason, intents = ReasonCode.MATCHED_EXAMPLES, [match["intent"]]
+            return self._routed(c, intents, "examples", reason, role, info, scope, latency, trace, previous)
         signals = scope["signals"]
         primary = c.intents[0] if c.intents else c.label  # a compound request: its end goal first
         secondary = c.intents[1] if len(c.intents) > 1 else None
         probs = dict(c.ranking)
         pair = compound_confidence(probs, c.intents, c.clauses)
-        sure = c.confidence >= self.threshold or pair >= self.threshold
+        tau = self.thresholds.get(primary, self.threshold)
+        sure = c.confidence >= tau or pair >= tau
         own = not signals and primary not in RESERVED and sure  # its own intent, confidently
         ctx = None  # the conversation's Context, read at most once a message (a previous message is routed)
         if self.conversational:
@@ -275,9 +289,9 @@ class Router:
             trace.append(step("scope", "out_of_scope", {"signals": signals}))
             return self._out_of_scope(c, scope, "classifier", role, info, latency, trace, previous)
         if own:
-            detail = {"threshold": self.threshold}
+            detail = {"threshold": tau}
             reason = ReasonCode.CONFIDENT
-            if c.confidence < self.threshold:  # unsure only between the two intents the message asks for
+            if c.confidence < tau:  # unsure only between the two intents the message asks for
                 detail["pair_confidence"] = round(pair, 6)
                 reason = ReasonCode.CONFIDENT_COMPOUND
             trace.append(step("threshold", "accepted", detail))
@@ -286,7 +300,7 @@ class Router:
                 trace.append(compound_step(c))
         else:  # unsure, or out of scope right after a turn it may continue ("yes", "and for next week?")
             status = "out_of_scope_follow_up" if signals else "below"
-            trace.append(step("threshold", status, {"threshold": self.threshold}))
+            trace.append(step("threshold", status, {"threshold": tau}))
             if follow_up and ctx is None:  # a model without the label: the previous turn's intents
                 ctx = self._context(turn)
             intent, source, reason, secondary = verify_stage(
@@ -360,29 +374,13 @@ class Router:
                 message=g.message,
                 requires_confirmation=g.requires_confirmation,
                 context_budget=g.context_budget,
-                threshold=self.threshold,
+                threshold=self.thresholds.get(intent, self.threshold),
                 model_id=self.classifier.model_id,
                 input=info,
                 latency=latency,
                 trace=trace,
             )
         )
-
-    def _scope(self, c: Classification) -> dict:
-        """The out-of-scope signals: the trained class above the threshold, the distance above its own."""
-        p_oos = dict(c.ranking).get(OUT_OF_SCOPE)
-        limit = self.classifier.distance_threshold
-        signals = []
-        if c.label == OUT_OF_SCOPE and c.confidence >= self.threshold:
-            signals.append("classifier")
-        if c.distance is not None and limit is not None and c.distance > limit:
-            signals.append("distance")
-        return {  # Scope
-            "out_of_scope_probability": p_oos,
-            "distance": c.distance,
-            "distance_threshold": limit,
-            "signals": signals,
-        }
 
     def _out_of_scope(self, c, scope, source, role, info, latency, trace, previous=None) -> Decision:
         message = "out of scope: the message needs no skill; reply directly without loading any"

@@ -8,7 +8,7 @@ constructors a message (docs/speed.md).
 from __future__ import annotations
 
 from router.classifier import Classification
-from router.intents import RESERVED
+from router.intents import OUT_OF_SCOPE, RESERVED
 
 
 def step(stage: str, status: str, detail: dict | None = None, ms: float = 0.0) -> dict:
@@ -32,3 +32,19 @@ def compound_step(c: Classification) -> dict:
 def ranking(c: Classification) -> list[dict]:
     """The RankedIntent entries: the intents (not the reserved labels), most probable first."""
     return [{"intent": label, "probability": p} for label, p in c.ranking if label not in RESERVED]
+
+
+def scope_of(c: Classification, threshold: float, limit: float | None) -> dict:
+    """The Scope of a message: the out-of-scope signals, the trained class at or above ``threshold`` and
+    the in-scope distance above its own ``limit``."""
+    signals = []
+    if c.label == OUT_OF_SCOPE and c.confidence >= threshold:
+        signals.append("classifier")
+    if c.distance is not None and limit is not None and c.distance > limit:
+        signals.append("distance")
+    return {
+        "out_of_scope_probability": dict(c.ranking).get(OUT_OF_SCOPE),
+        "distance": c.distance,
+        "distance_threshold": limit,
+        "signals": signals,
+    }

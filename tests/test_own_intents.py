@@ -206,3 +206,24 @@ def test_schema_and_serve_name_the_users_intents(shop, tmp_path):
         assert parts["Decision"]["properties"]["intents"]["items"]["enum"] == list(OWN)
     finally:
         server.stop()
+
+
+@pytest.mark.slow
+def test_thresholds_fitted_on_dev_are_written_and_routed_with(shop):
+    out = cli(
+        "eval", "--model", "models/shop", "--config", "router.yaml", "--data", "data/dev.jsonl",
+        "--out", "reports/dev", "--max-latency-samples", "0", "--fit-thresholds", "--target-precision", "0.9",
+        cwd=shop,
+    )  # fmt: skip
+    assert out.exit_code == 0, out.output
+    fitted = json.loads((shop / "reports" / "dev" / "eval.json").read_text())["intent_thresholds"]
+    assert set(fitted["per_intent"]) == set(OWN) and fitted["target_precision"] == 0.9
+    config = RouterConfig.load(shop / "reports" / "dev" / "router.thresholds.yaml")
+    expected = {k: f["threshold"] for k, f in fitted["per_intent"].items() if f["threshold"] != 0.75}
+    assert (
+        config.thresholds == expected
+        and "Thresholds per intent" in (shop / "reports/dev/report.md").read_text()
+    )
+    router = Router.load(shop / "models" / "shop", config=config)
+    d = router.route("where is my parcel, order 7731", role="customer")
+    assert d.threshold == config.thresholds.get(d.intent, config.threshold)

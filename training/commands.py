@@ -1,10 +1,10 @@
-"""The model's life cycle: data check, train, export, build, eval, bench. Torch is imported only by the
-commands that train or time PyTorch, so data check and eval of an exported model run without it."""
+"""The model's life cycle: init, data check, train, export, recover-body, build (eval and the benchmarks:
+training/measure_commands.py). Torch is imported only by the commands that train, so init and data
+check run without it."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -14,16 +14,12 @@ from rich.markup import escape
 from router.console import (
     Opt,
     OutModelDir,
-    RouterConfigFile,
-    TextColumn,
     command,
     console,
     fail,
-    make_verifier,
     say,
     table,
 )
-from training.benchmarks import DEFAULT_IN_SCOPE_FLOOR
 
 
 @command()
@@ -233,57 +229,6 @@ def build(
         console.print(f"report written to [bold]{report_dir}[/]")
 
 
-@command()
-def evaluate(
-    data: str = Opt(..., help="Labeled JSONL/CSV/TSV/Parquet file, or a Hub dataset name (online only)."),
-    model: Annotated[
-        Path | None,
-        Opt(
-            help="Exported model dir, training output dir or bare SetFit checkpoint (default: the shipped model)."
-        ),
-    ] = None,
-    oos: str | None = Opt(None, help="Unlabeled out-of-scope file for out-of-scope recall."),
-    compound: str | None = Opt(
-        None, help="Compound-request file (data/compound/): two-intent rows and twins, scored apart."
-    ),
-    conversations: str | None = Opt(
-        None,
-        help="Conversation file (data/conversations/): routed turn by turn, each turn after the one before.",
-    ),
-    out: Path = Opt(Path("reports/eval"), help="Directory for eval.json, report.md and the PNG plots."),
-    config: RouterConfigFile = None,
-    threshold: Annotated[float | None, Opt(help="tau (default: the router config's, 0.75).")] = None,
-    variant: str | None = Opt(None, help="ONNX graph: int8 (default) or fp32."),
-    text_column: TextColumn = "text",
-    label_column: Annotated[str, Opt(help="Column holding the intent label.")] = "label",
-    backend: str = Opt("auto", help="auto (onnx when exported), onnx or torch."),
-    split: str | None = Opt(None, help="Split of a Hub dataset (default: test)."),
-    skip_invalid: bool = Opt(
-        False, "--skip-invalid", help="Leave out (and list) invalid rows instead of stopping."
-    ),
-    verifier_url: Annotated[
-        str | None, Opt(help="OpenAI-compatible base URL: report the verifier lift below tau.")
-    ] = None,
-    verifier_model: Annotated[str | None, Opt(help="Model name for the verifier.")] = None,
-    verifier_max: int | None = Opt(None, help="Verify at most this many below-tau messages."),
-    max_latency_samples: int = Opt(300, help="Messages timed one by one (0: skip latency)."),
-) -> dict:
-    """Evaluate a model: metrics, calibration, threshold sweep, out-of-scope recall, compound requests, latency; write the report."""
-    options = {
-        k: v for k, v in locals().items() if not k.startswith("verifier_") and k not in ("model", "data")
-    }
-    from training.pipeline import evaluate_model  # after locals() is read
-
-    verifier = make_verifier(verifier_url, verifier_model, None, config)
-    name = f"{verifier_model or 'default'} @ {verifier_url}" if verifier else None
-    report = evaluate_model(
-        model, data, verifier=verifier, verifier_max=verifier_max, verifier_name=name, **options
-    )
-    print_eval_summary(report)
-    console.print(f"report written to [bold]{out}[/] (eval.json, report.md, PNG plots)")
-    return report
-
-
 def print_eval_summary(report: dict) -> None:
     from eval.markdown import per_class_rows, summary_rows
 
@@ -292,102 +237,3 @@ def print_eval_summary(report: dict) -> None:
     table(title, ["metric", "value"], summary_rows(report))
     table("Per class", ["label", "precision", "recall", "F1", "support"], per_class_rows(report))
     console.print(f"{len(report['misclassified'])} misclassified (see report.md)")
-
-
-@command()
-def bench_speed(
-    model: Annotated[
-        Path | None,
-        Opt(help="Model directory (default: the shipped model)."),
-    ] = None,
-    data: Path = Opt(Path("data/test.jsonl"), help="JSONL messages to time."),
-    limit: int = Opt(500, help="How many messages."),
-    torch: bool = Opt(True, "--torch/--no-torch", help="Include SetFit PyTorch predict_proba."),
-    reference: Path | None = Opt(
-        None,
-        help="Model whose SetFit PyTorch is timed (default: --model): its checkpoint/, else the model read "
-        "back from its graph. The fast model cannot be read back: name the default model.",
-    ),
-    batch_size: int = Opt(64),
-    threads: int | None = Opt(None, help="onnxruntime intra-op threads (default: all cores)."),
-    out: Path | None = Opt(None, help="Also write the results as JSON."),
-    runs: int = Opt(3, help="Interleaved runs; every figure is their median (spread in the JSON)."),
-    compare: list[Path] = Opt(
-        [], help="Another model directory whose int8 router runs in the same rounds (repeatable)."
-    ),
-) -> None:
-    """Latency, throughput, load time and memory: ONNX int8 and fp32 routers beside SetFit PyTorch."""
-    from eval.bench_speed import comparison_lines, goal_lines, table_rows
-    from training.pipeline import speed_benchmark
-
-    res = speed_benchmark(
-        model,
-        data,
-        limit=limit,
-        include_torch=torch,
-        reference=reference,
-        batch_size=batch_size,
-        threads=threads,
-        out=out,
-        report=say,
-        runs=runs,
-        compare=compare,
-    )
-    table(f"{res['model']}: {res['messages']} messages, {res['machine']['cpus']} CPUs", *table_rows(res))
-    for line in comparison_lines(res) + goal_lines(res):
-        console.print(line)
-    if out:
-        console.print(f"wrote {out}")
-
-
-@command()
-def bench_dataset(
-    name: str = Opt(..., help="Benchmark: clinc150 or banking77."),
-    path: Path = Opt(
-        ..., help="CLINC150: data_full.json or its folder. BANKING77: folder with train.csv and test.csv."
-    ),
-    shots: int | None = Opt(
-        None, help="Training rows per class, sampled per seed (0 or omitted: full train split)."
-    ),
-    seeds: int = Opt(
-        3, help="Number of seeds (0..n-1); each draws its own k-shot sample and trains a model."
-    ),
-    max_steps: int | None = Opt(
-        None, help="Contrastive steps per seed (default: the training default, 400)."
-    ),
-    batch_size: int | None = Opt(None, help="Pairs per contrastive step (default 32)."),
-    base_model: str | None = Opt(
-        None, help="Sentence-transformers folder or hub name (default: packaged all-MiniLM-L6-v2)."
-    ),
-    out: Path | None = Opt(None, help="Write the results JSON here (also after each seed)."),
-    oos_class: bool = Opt(
-        False, "--oos-class", help="CLINC150: train oos_train as an out-of-scope class (+ in-scope distance)."
-    ),
-    in_scope_floor: float = Opt(
-        DEFAULT_IN_SCOPE_FLOOR,
-        min=0.0,
-        max=1.0,
-        help="With --oos-class: the operating point (distance keep, probability tau) is the one with the best "
-        "val out-of-scope recall whose val in-scope accuracy is at least this.",
-    ),
-) -> dict:
-    """Train on a public benchmark (k-shot or full) per seed; report test accuracy mean ± std, and out-of-scope recall for CLINC150."""
-    from training.benchmarks import BENCHMARKS, format_summary, run_benchmark
-
-    if name not in BENCHMARKS:
-        raise fail(f"--name must be one of {', '.join(BENCHMARKS)}", code=2)
-    if (shots is not None and shots < 0) or seeds < 1:
-        raise fail("--shots must be >= 0 and --seeds >= 1", code=2)
-    command = " ".join(["intent-router", *sys.argv[1:]]) if "bench" in sys.argv[1:3] else None
-    result = run_benchmark(
-        *(name, path),
-        **dict(shots=shots, seeds=seeds, max_steps=max_steps, batch_size=batch_size, base_model=base_model),
-        **dict(report=say, out=out, command=command, oos_class=oos_class, in_scope_floor=in_scope_floor),
-    )
-    hp = result["hyperparameters"]
-    kind = f"{shots}-shot" if shots else "full data"
-    title = f"{name} {kind}, {seeds} seed(s), {hp['max_steps']} steps x {hp['batch_size']} pairs"
-    table(title, ["metric", "mean ± std (min-max)"], format_summary(result))
-    if out:
-        console.print(f"results written to [bold]{out}[/]")
-    return result

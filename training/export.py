@@ -17,6 +17,7 @@ import numpy as np
 
 from router.manifest import Export, Manifest, ModelError, Variant, file_entry, load_manifest
 from router.model_card import graph_scope_metadata, stamp_graph
+from training.embeddings import add_embeddings
 from training.head import softmax_weights
 from training.model import IntentModel, checkpoint_of
 from training.parity import (  # noqa: F401  (re-exported: the gates live with the parity check)
@@ -315,6 +316,7 @@ def export_model(
             "WARNING: no int8 recipe passed parity; the fp32 graph is the default variant (exact, slower). "
             "The failed int8 graph stays, marked failed: " + "; ".join(int8_failed)
         )
+    add_embeddings(model_dir, manifest, _train_file(manifest), report)
     manifest.save(model_dir)
     plain_path.unlink(missing_ok=True)
     if "fp32" not in variants:
@@ -328,14 +330,19 @@ def export_model(
     return manifest
 
 
+def _train_file(manifest: Manifest) -> Path | None:
+    """The training file the manifest names, if it is here."""
+    files = (manifest.training.get("data") or {}).get("files") or {}
+    return next((Path(f) for f in files if "train" in Path(f).stem and Path(f).is_file()), None)
+
+
 def _calibration_texts(manifest: Manifest, fallback: Sequence[str]) -> list[str]:
     """CALIBRATION_TEXTS texts (seeded sample) of the training file the manifest names, if it is here."""
     import random
 
     from eval.data import load_unlabeled
 
-    files = (manifest.training.get("data") or {}).get("files") or {}
-    train = next((Path(f) for f in files if "train" in Path(f).stem and Path(f).is_file()), None)
+    train = _train_file(manifest)
     texts = list(load_unlabeled(train).texts) if train is not None else list(fallback)
     random.Random(0).shuffle(texts)
     return texts[:CALIBRATION_TEXTS]

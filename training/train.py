@@ -54,8 +54,9 @@ def train(
     out_dir = Path(out_dir)
     t_start = time.perf_counter()
 
-    # the model's labels are the train file's: its intents, and the reserved labels it uses
-    train_rows = load_labeled(config.train_file)
+    # the model's labels are the train file's: its intents, and the reserved labels it uses; an intent
+    # the router config defines by examples (router.examples) becomes a class, its examples its rows
+    train_rows = _with_example_intents(load_labeled(config.train_file), config.router_config, report)
     labels_in_data = sorted(set(train_rows.labels))
     check_labels(labels_in_data, str(config.train_file))
     unknown = [i for i in config.intents or [] if i not in labels_in_data]
@@ -192,6 +193,26 @@ def _in_scope_section(model: IntentModel) -> InScope | None:
 
 def _compound_section(model: IntentModel) -> Compound | None:
     return model.compound_spec
+
+
+def _with_example_intents(rows, router_config: Path | None, report: Reporter):
+    """``rows`` plus the examples of each intent the router config defines by examples that the rows
+    do not label, as rows of that intent."""
+    if router_config is None:
+        return rows
+    from eval.data import LabeledData
+    from router.config import RouterConfig
+
+    defined = RouterConfig.load(router_config).example_intents(sorted(set(rows.labels)))
+    if not defined:
+        return rows
+    extra = [(text, name) for name, texts in defined.items() for text in texts]
+    report(f"intents defined by examples in {router_config}, trained as classes: " + ", ".join(defined))
+    added = LabeledData(
+        texts=[t for t, _ in extra], labels=[n for _, n in extra], source=str(router_config), format="yaml"
+    )
+    added.rows = list(range(1, len(extra) + 1))
+    return _joined(rows, added)
 
 
 def _joined(rows, extra):

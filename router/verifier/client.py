@@ -2,7 +2,7 @@
 server, LM Studio, OpenAI, Azure OpenAI).
 
 Asked only when the classifier's calibrated confidence is below the threshold, it chooses one of the
-five intents; skills and RBAC are applied by the router afterwards, so a message cannot grant itself
+model's intents; skills and RBAC are applied by the router afterwards, so a message cannot grant itself
 anything. ``response_format`` is sent as ``json_schema``; an endpoint that rejects it is retried as
 ``json_object`` + schema, then as plain JSON instructions, and the dialect it accepted is remembered.
 One strict retry follows an invalid output. Every attempt (status, sanitised raw output) goes into the
@@ -40,7 +40,7 @@ from router.verifier.parsing import RAW_LIMIT, Verdict, rejects_response_format,
 from router.verifier.prompt import (
     build_system_prompt,
     build_user_prompt,
-    definitions_from_config,
+    definitions_for,
     intents_defined,
     load_intent_definitions,
     output_schema,
@@ -124,9 +124,8 @@ class LLMVerifier:
         if not isinstance(registry, RouterConfig):
             registry = RouterConfig.load(registry if registry is not None else settings.registry_path)
         self.registry = registry
-        # an intents file, else the config's own descriptions, else the shipped model's definitions
-        described = definitions_from_config(registry) if intents_path is None else None
-        definitions = described or load_intent_definitions(intents_path)
+        # each config intent's description, else its entry in the intents file (the shipped model's)
+        definitions = definitions_for(registry, load_intent_definitions(intents_path))
         self.intents = intents_defined(definitions)  # what it chooses among: the model's (Router checks)
         self.output_schema = output_schema(self.intents)
         self.system_prompt = build_system_prompt(registry, definitions)

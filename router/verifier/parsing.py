@@ -42,7 +42,7 @@ def extract_json_object(text: str) -> dict | None:
 
 
 class Verdict(NamedTuple):
-    """One model output, validated. ``secondary`` is a second intent (one of the five, never ``intent``);
+    """One model output, validated. ``secondary`` is a second intent (one of the model's intents, never ``intent``);
     ``dropped`` says why a ``secondary_intent`` the model gave was not kept (for the attempt's trace)."""
 
     status: str

@@ -61,11 +61,26 @@ def load_intent_definitions(path: str | Path | None = None) -> dict[str, Any]:
     return doc
 
 
-def definitions_from_config(config: RouterConfig) -> dict[str, Any] | None:
-    """Intent definitions from a router config whose every intent has a ``description``, else None."""
-    if not all(spec.description.strip() for spec in config.intents.values()):
-        return None
-    return {"intents": {name: {"definition": spec.description} for name, spec in config.intents.items()}}
+def definitions_for(config: RouterConfig, file_doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The verifier's intent definitions, one per intent of the router config, in its order: the intent's
+    ``description``, else the definitions file's entry. The file's boundary rules and other sections
+    come along when the config has every intent the file defines (they speak of those)."""
+    defined = file_doc["intents"]
+    out: dict[str, Any] = {}
+    for name, spec in config.intents.items():
+        if spec.description.strip():
+            out[name] = {"definition": spec.description}
+        elif name in defined:
+            out[name] = defined[name]
+        else:
+            raise ValueError(
+                f"the verifier has no definition of the intent {name}: give it a 'description' in the router "
+                "config, or an intents file that defines it"
+            )
+    doc = {"intents": out}
+    if set(defined) <= set(out):
+        doc.update({k: v for k, v in file_doc.items() if k != "intents"})
+    return doc
 
 
 def intents_defined(intents_doc: Mapping[str, Any]) -> tuple[str, ...]:
