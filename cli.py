@@ -48,6 +48,7 @@ config_app.command("check")(runtime.config_check)
 bench_app.command("speed")(measure.bench_speed)
 bench_app.command("dataset")(measure.bench_dataset)
 bench_app.command("examples")(measure.bench_examples)
+bench_app.command("project")(measure.bench_project)
 
 
 @app.callback()

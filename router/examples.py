@@ -16,6 +16,7 @@ A message whose nearest example of such an intent reaches its threshold takes th
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -23,7 +24,10 @@ import numpy as np
 
 from router.manifest import ModelError, verify_file
 
+log = logging.getLogger(__name__)
+
 MIN_EXAMPLES = 5
+LOW_COVERAGE = 0.5  # below it the Router logs a warning when it is built
 REFERENCE_QUANTILE = 0.99  # about 1 in 100 of the model's own messages would reach the threshold
 
 
@@ -101,6 +105,13 @@ class ExampleIntents:
             for name, texts in examples.items()
         }
         classifier.with_embeddings = True  # every run now fetches the embedding too
+        for intent in self.intents.values():
+            if intent.coverage < LOW_COVERAGE:
+                log.warning(
+                    "intent %s: %.0f%% of its %d examples reach the threshold fitted against the model's own "
+                    "data (%.3f); it will catch few messages: add examples, or train it as a class",
+                    intent.name, 100 * intent.coverage, len(intent.vectors), intent.threshold,
+                )  # fmt: skip
 
     def match(self, embedding: np.ndarray) -> dict | None:
         """The example-defined intent a message's embedding reaches, by the largest margin over its

@@ -77,7 +77,7 @@ def compare(project: str | Path, intent: str, examples: int = 8, seed: int = 0, 
         compound_test_file=None,
         conversation_test_file=None,
     )
-    out: dict = {"project": str(project), "intent": intent, "examples": chosen, "seed": seed}
+    out: dict = {"project": project.name, "intent": intent, "example_texts": chosen, "seed": seed}
     for kind, router_cfg in (("examples", None), ("class", defined)):
         from training.pipeline import build
 

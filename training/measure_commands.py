@@ -223,3 +223,27 @@ def bench_examples(
         out.write_text(json.dumps(result, indent=2) + "\n")
         console.print(f"wrote {out}")
     return result
+
+
+@command()
+def bench_project(
+    path: Path = Opt(..., help="BANKING77 folder with train.csv and test.csv."),
+    directory: Path = Opt(Path("reports/bank-support"), "--dir", help="Where the project is created."),
+    out: Path | None = Opt(None, help="Write the results JSON here."),
+) -> dict:
+    """BANKING77 grouped into seven labels of a bank's support agent, run as a user would: init, data
+    check, build, eval, gate, route, serve and score, each a separate process (training/bench_project.py)."""
+    import json
+
+    from training.bench_project import run_project
+
+    if directory.exists() and any(directory.iterdir()):
+        raise fail(f"{directory} is not empty: give --dir a new directory", code=2)
+    result = run_project(directory, path, report=say)
+    keys = ("accuracy", "macro_f1", "in_scope_accuracy", "oos_not_routed_unseen", "oos_recall_unseen")
+    table("BANKING77 as a project of seven intents", ["metric", "value"], [[k, result[k]] for k in keys])
+    table("Seconds per step", ["step", "s"], [[k, v] for k, v in result["seconds"].items()])
+    if out:
+        out.write_text(json.dumps(result, indent=2) + "\n")
+        console.print(f"wrote {out}")
+    return result
