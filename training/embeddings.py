@@ -49,21 +49,20 @@ def add_embedding_output(path: str | Path) -> bool:
     if any(o.name == EMBEDDING_OUTPUT for o in graph.output):
         return False
     producers = {name: node for node in graph.node for name in node.output}
-    node = producers.get(graph.output[0].name)  # probabilities: softmax(scale * (emb @ W + b))
-    while node is not None and node.op_type != "MatMul":
-        node = producers.get(node.input[0])
-    chain = []  # the head's input back to the pooling: Div (normalise), Div (mean), ReduceSum, Mul (mask)
-    name = node.input[0] if node is not None else None
-    while name in producers and len(chain) < 6 and (not chain or chain[-1].op_type != "Mul"):
-        chain.append(producers[name])
-        name = chain[-1].input[0]
-    ops = [n.op_type for n in chain]
+    # from the probabilities up the first inputs: softmax, scale, bias, the head's MatMul (quantised or
+    # not), the normalisation, then the mean pooling: Div (by the mask's sum), ReduceSum, Mul (by the mask)
+    walk, name = [], graph.output[0].name
+    while name in producers and len(walk) < 16:
+        walk.append(producers[name])
+        name = walk[-1].input[0] if walk[-1].input else None
+    ops = [n.op_type for n in walk]
+    at = next((i for i in range(1, len(ops) - 1) if ops[i - 1 : i + 2] == ["Div", "ReduceSum", "Mul"]), None)
     layers = {
         int(m.group(1)): out for n in graph.node for out in n.output if (m := _LAYER_OUTPUT.search(out))
     }
-    if ops[-3:] != ["Div", "ReduceSum", "Mul"] or not layers:
+    if at is None or not layers:
         raise ModelError(f"{path}: no mean pooling of encoder layers found above the head ({ops})")
-    divide, total, masked = chain[-3:]
+    divide, total, masked = walk[at - 1 : at + 2]
     source = layers[embedding_layer(max(layers) + 1)]
     graph.node.extend(
         [
@@ -113,9 +112,15 @@ def add_embeddings(model_dir: str | Path, manifest, train_file: str | Path | Non
     from router.manifest import file_entry
 
     model_dir = Path(model_dir)
-    for spec in manifest.export.variants.values():  # those here: a shipped model leaves its fp32 graph out
-        if (model_dir / spec.file.path).is_file() and add_embedding_output(model_dir / spec.file.path):
-            spec.file = file_entry(model_dir, spec.file.path)
+    try:
+        for (
+            spec
+        ) in manifest.export.variants.values():  # those here: a shipped model leaves out its fp32 graph
+            if (model_dir / spec.file.path).is_file() and add_embedding_output(model_dir / spec.file.path):
+                spec.file = file_entry(model_dir, spec.file.path)
+    except ModelError as e:  # a graph of another shape: the model works, without intents defined by examples
+        report(f"no sentence-embedding output: {e}")
+        return
     manifest.export.embedding_output = EMBEDDING_OUTPUT
     manifest.save(model_dir)
     if train_file is None:
