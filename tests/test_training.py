@@ -54,6 +54,49 @@ def test_export_parity_and_manifest(tiny_exported):
 
 
 @pytest.mark.slow
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", ["rowscaled-int8", "nbits8-b32"])
+def test_every_int8_recipe_keeps_the_outputs_when_the_embedding_output_is_added(
+    tiny_exported, tmp_path, recipe
+):
+    """The embedding output (training.embeddings) is found above a quantised head as above an fp32 one,
+    and adding it leaves every other output as it was, to the bit."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    from training.embeddings import EMBEDDING_OUTPUT, add_embedding_output
+    from training.quantize import quantize
+
+    out, manifest = tiny_exported
+    graph = onnx.load(str(out / "model.fp32.onnx"))  # export gave it the output: the graph as it was before
+    kept = [n for n in graph.graph.node if not n.name.startswith(("embedding/", EMBEDDING_OUTPUT))]
+    del graph.graph.node[:]
+    graph.graph.node.extend(kept)
+    outputs = [o for o in graph.graph.output if o.name != EMBEDDING_OUTPUT]
+    del graph.graph.output[:]
+    graph.graph.output.extend(outputs)
+    fp32 = tmp_path / "fp32.onnx"
+    onnx.save(graph, str(fp32))
+    before = tmp_path / "int8.onnx"
+    quantize(recipe, fp32, fp32, before)
+    after = tmp_path / "with-embedding.onnx"
+    after.write_bytes(before.read_bytes())
+    assert add_embedding_output(after) and not add_embedding_output(after)
+    feeds = {
+        "input_ids": np.array([[101, 2424, 1996, 3189, 102]]),
+        "attention_mask": np.ones((1, 5), dtype=np.int64),
+    }
+    a = ort.InferenceSession(str(before), providers=["CPUExecutionProvider"])
+    b = ort.InferenceSession(str(after), providers=["CPUExecutionProvider"])
+    names = [o.name for o in a.get_outputs()]
+    assert [o.name for o in b.get_outputs()] == [*names, EMBEDDING_OUTPUT]
+    for x, y in zip(a.run(names, feeds), b.run(names, feeds), strict=True):
+        assert np.array_equal(x, y)
+    assert b.run([EMBEDDING_OUTPUT], feeds)[0].shape == (1, 384)
+    assert manifest.export.embedding_output == EMBEDDING_OUTPUT and manifest.export.reference is not None
+
+
 def test_onnx_probabilities_match_pytorch(tiny_exported):
     from training.model import IntentModel
 

@@ -316,7 +316,8 @@ def export_model(
             "WARNING: no int8 recipe passed parity; the fp32 graph is the default variant (exact, slower). "
             "The failed int8 graph stays, marked failed: " + "; ".join(int8_failed)
         )
-    add_embeddings(model_dir, manifest, _train_file(manifest), report)
+    if not failures:  # a failed export keeps its graphs as they were checked
+        add_embeddings(model_dir, manifest, _train_file(manifest), report)
     manifest.save(model_dir)
     plain_path.unlink(missing_ok=True)
     if "fp32" not in variants:
