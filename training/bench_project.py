@@ -136,7 +136,7 @@ def write_project(project: Path, source: Path, seed: int = 0) -> dict:
 
 def run_project(project: str | Path, source: str | Path, report=print) -> dict:
     """Every step as the CLI a user runs, in ``project`` (created); returns figures and timings."""
-    project, source = Path(project).resolve(), Path(source).resolve()
+    given, project, source = str(source), Path(project).resolve(), Path(source).resolve()
     cli = [sys.executable, "-m", "cli"]
     seconds: dict[str, float] = {}
 
@@ -182,7 +182,7 @@ def run_project(project: str | Path, source: str | Path, report=print) -> dict:
     report_json = json.loads((project / "reports" / "eval" / "eval.json").read_text())
     scope = report_json["scope"]
     return {
-        "source": str(source),
+        "source": given,
         "groups": {g: cats.split() for g, cats in GROUPS.items()},
         "oos_trained": list(OOS_TRAINED),
         "oos_unseen": list(OOS_UNSEEN),
