@@ -138,11 +138,6 @@ def evaluate(
     return Evaluation(sections, probs, y, oos_probs)
 
 
-def default_threshold() -> float:
-    """The router's threshold from its default config (router/config/default.yaml)."""
-    return RouterConfig.load().threshold
-
-
 def predict_scored(
     predictor: Predictor, texts: Sequence[str]
 ) -> tuple[np.ndarray, np.ndarray | None, list[list[str]] | None, np.ndarray | None]:

@@ -164,11 +164,11 @@ class Classifier:
         return f"{self.manifest.model_id}/{self.variant}"
 
     # ------------------------------------------------------------------------------------- run
-    def _run(self, texts: Sequence[str], read_clauses: bool = False):
+    def _run(self, texts: Sequence[str], read_clauses: bool = False, embeddings: bool | None = None):
         """Tokenize, then run the graph in length-sorted batches (router.batches.length_batches) so padding stays short; rows come back
         in input order. Returns (probabilities, in-scope distances or None, intent scores or None,
-        encodings, tokenize seconds, inference seconds, sentence embeddings or None (``with_embeddings``),
-        clause vectors). With ``read_clauses`` and a
+        encodings, tokenize seconds, inference seconds, sentence embeddings or None (``embeddings``,
+        default ``with_embeddings``), clause vectors). With ``read_clauses`` and a
         clause reader, the clause vectors map each message whose clauses could matter to its clauses and
         their vectors (router.compound.clause_vectors), taken from each chunk's token states as it runs;
         else they are None."""
@@ -184,7 +184,7 @@ class Classifier:
             else None
         )
         vectors = {} if read_clauses and self._reader is not None and scores is not None else None
-        emb = [None] * len(encs) if self.with_embeddings else None
+        emb = [None] * len(encs) if (self.with_embeddings if embeddings is None else embeddings) else None
         floor = clause_floor(self.manifest.compound) if vectors is not None else 0.0
         single = len(encs) == 1
         if single:  # one message needs no plan
@@ -319,11 +319,7 @@ class Classifier:
                 f"{self.model_dir}: the graph has no sentence-embedding output; re-export the model"
             )
         check_texts(texts)
-        before, self.with_embeddings = self.with_embeddings, True
-        try:
-            emb = self._run(texts)[6] if texts else []
-        finally:
-            self.with_embeddings = before
+        emb = self._run(texts, embeddings=True)[6] if texts else []
         return np.asarray(emb, dtype=np.float32).reshape(len(texts), -1)
 
     # --------------------------------------------------------------------------------- classify

@@ -38,7 +38,6 @@ class ExampleIntent:
     threshold: float
     coverage: float  # share of the examples that reach the threshold, each left out of the others
     fitted: float  # the threshold fitted on the reference sample (``threshold`` unless overridden)
-    centre: np.ndarray  # the reference sample's mean, which every embedding is centred on
 
     def summary(self) -> dict:
         return {
@@ -81,7 +80,7 @@ def fit_example_intent(
     np.fill_diagonal(among, -np.inf)
     left_out = among.max(axis=1)  # each example against the others
     threshold = fitted if override is None else float(override)
-    return ExampleIntent(name, vectors, threshold, float(np.mean(left_out >= threshold)), fitted, centre)
+    return ExampleIntent(name, vectors, threshold, float(np.mean(left_out >= threshold)), fitted)
 
 
 class ExampleIntents:
@@ -99,6 +98,7 @@ class ExampleIntents:
                 f"an intent defined by examples needs at least {MIN_EXAMPLES}: {', '.join(short)}"
             )
         reference = reference_vectors(classifier)
+        self.centre = reference.mean(axis=0)  # what every embedding is centred on (fit_example_intent)
         overrides = overrides or {}
         self.intents = {
             name: fit_example_intent(name, classifier.embed(list(texts)), reference, overrides.get(name))
@@ -116,9 +116,9 @@ class ExampleIntents:
     def match(self, embedding: np.ndarray) -> dict | None:
         """The example-defined intent a message's embedding reaches, by the largest margin over its
         threshold, with its similarity; None when it reaches none."""
+        emb = _unit(np.asarray(embedding, dtype=np.float32)[None, :], self.centre)[0]
         best = None
         for intent in self.intents.values():
-            emb = _unit(np.asarray(embedding, dtype=np.float32)[None, :], intent.centre)[0]
             similarity = float((intent.vectors @ emb).max())
             margin = similarity - intent.threshold
             if margin >= 0 and (best is None or margin > best[0]):
