@@ -86,7 +86,7 @@ def bench_router(
         "batch_msgs_per_s": tput,
         "classifier_msgs_per_s": graph,
         # what route_batch adds per message over the classifier alone: reading the clauses, resolving the
-        # compound intents, the guardrail, the decision stages and RBAC (docs/speed.md, session 27)
+        # compound intents, the guardrail, the decision stages and RBAC
         "router_overhead_ms": max(0.0, (route_s - graph_s) * 1000 / n),
         "batch_size": batch_size,
         "rss_added_mb": _rss_mb() - rss0,
@@ -114,7 +114,8 @@ def bench_predictor(
     }
 
 
-# issue #12's goals for the default (int8) router, checked on the median of the runs
+# the speed goals of the default (int8) router (about a millisecond a message on a CPU), checked on
+# the median of the runs
 GOALS = {
     "p50_ms": 1.0,
     "p99_ms": 2.0,
@@ -268,7 +269,7 @@ def comparison_lines(result: dict) -> list[str]:
     """One line per compared model: how much faster (> 1) or slower its int8 router ran than the
     benchmarked model's, at p50, p99 and in batches, from the medians of the same rounds. And, when both
     graphs were timed, the int8 router against the fp32 one on this CPU: without VNNI, int8 can lose
-    (docs/speed.md, session 29)."""
+    (docs/speed.md)."""
     rows = [r for r in result["rows"] if r["name"].startswith("router onnx")]
     main = next((r for r in rows if r["name"] == "router onnx int8"), None)
     if main is None:
@@ -301,7 +302,7 @@ _GOAL_TEXT = {  # how each goal reads in goal_lines: label, value format, unit
 
 
 def goal_lines(result: dict) -> list[str]:
-    """One line per router row: each of issue #12's GOALS with the row's median and whether it is met."""
+    """One line per router row: each of the speed GOALS with the row's median and whether it is met."""
     out = []
     for r in result["rows"]:
         goals = r.get("goals") or {}
@@ -315,5 +316,5 @@ def goal_lines(result: dict) -> list[str]:
             bound = fmt.format(GOALS[k])
             parts.append(f"{label} {fmt.format(r[k])}{unit} ({sign} {bound}: {'met' if met else 'missed'})")
         if parts:
-            out.append(f"{r['name']}, issue #12's goals: " + ", ".join(parts))
+            out.append(f"{r['name']}, speed goals: " + ", ".join(parts))
     return out

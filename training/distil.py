@@ -18,10 +18,10 @@ Measured on this corpus (3-layer student [0, 2, 4] of the 6-layer body; dev figu
   clauses read alone (docs/speed.md).
 - ``head_weight`` adds the teacher's decision: the student's embedding, through a head fitted on the
   teacher's, should give the teacher's probabilities. It lifted dev single-intent accuracy by about a
-  point and cost a few two-intent messages on the blind set (docs/speed.md, session 25).
+  point and cost a few two-intent messages on the blind set
 - ``ffn_width`` 768 (half of MiniLM's feed-forward neurons) made the graph 1.3-1.6x faster on an AVX2
   CPU; over two seeds it cost 0.8-0.9 points of dev accuracy and 2-3% of two-intent messages. Two layers
-  instead of three, for the same arithmetic, cost 15% of them (docs/speed.md, session 30).
+  instead of three, for the same arithmetic, cost 15% of them
 """
 
 from __future__ import annotations

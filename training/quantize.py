@@ -39,12 +39,12 @@ NBITS_BLOCK = 32
 # ARM dot products sum in int32 and are exact. ``portable=True`` keeps the weights to 7 bits
 # (onnxruntime's reduce_range): no pair can overflow, so the graph computes the same integers on every
 # CPU, at twice the weight rounding error (on the fast model's student: mean |dp| 0.0010 against 0.0005,
-# and its all-MatMul graph fails parity where the 8-bit one passes; docs/speed.md, session 29). The
+# and its all-MatMul graph fails parity where the 8-bit one passes). The
 # default is 8 bits: int8 pays on VNNI and ARM CPUs, and on AVX2-only ones fp32 is about as fast.
 PORTABLE_WEIGHT_BITS = 7
 # On an AVX2-only CPU MatMulNBits is slower than an fp32 MatMul (the 6-layer graph: 3.95 against 3.43 ms),
 # so a -keepK graph whose kept MatMuls stay fp32 ran 1.27x faster in batches there (727 against 574
-# msg/s, 3-layer student, docs/speed.md, session 30). On VNNI CPUs MatMulNBits is the faster one, so it
+# msg/s, 3-layer student). On VNNI CPUs MatMulNBits is the faster one, so it
 # stays the default.
 KEPT_FP32 = "; its kept MatMuls fp32, not MatMulNBits"
 RECIPES = {
