@@ -4,14 +4,18 @@ from pathlib import Path
 
 import pytest
 
+from tests.shipped_models import committed
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"
 TINY = FIXTURES / "tiny"
-SHIPPED = ROOT / "models" / "intent-minilm"
-FAST = ROOT / "models" / "intent-minilm-fast"
+# the shipped models as committed, even after `intent-router build` has retrained models/ in place
+SHIPPED = committed("models/intent-minilm")
+FAST = committed("models/intent-minilm-fast")
+os.environ["INTENT_ROUTER_MODEL"] = str(SHIPPED)  # what Router.load() and the CLI route with by default
 SHIPPED_INTENTS = ("SEARCH", "REASONING", "PLANNING", "MEMORY", "ACTION")  # the shipped model's, in its order
 
 

@@ -132,9 +132,10 @@ def export(
     keep_fp32: bool = Opt(
         True, "--keep-fp32/--drop-fp32", help="Keep the fp32 graph after the int8 one is made."
     ),
-    recipes: str = Opt(
-        "rowscaled-int8,fused-nbits8-b32,nbits8-b32",
-        help="int8 recipes to try, fastest first; also rowscaled-int8-keep2/4/6 (docs/speed.md).",
+    recipes: str | None = Opt(
+        None,
+        help="int8 recipes to try, fastest first (default: the build's, training.quantize.DEFAULT_RECIPES); "
+        "also rowscaled-int8-keep2/4/6 (docs/speed.md).",
     ),
     require_int8: bool = Opt(
         False,
@@ -158,14 +159,14 @@ def export(
     from training.export import export_model
 
     names = [v.strip() for v in variants.split(",") if v.strip()]
-    tried = [r.strip() for r in recipes.split(",") if r.strip()]
+    tried = [r.strip() for r in recipes.split(",") if r.strip()] if recipes else None
     manifest = export_model(
         model or default_model_dir(),
         parity_file=[str(f) for f in parity_file],
         variants=names,
         keep_fp32=keep_fp32,
         report=say,
-        recipes=tried,
+        **({"recipes": tried} if tried else {}),
         require_int8=require_int8,
         portable_int8=portable_int8,
         kept_fp32=kept_fp32,

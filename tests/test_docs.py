@@ -1,0 +1,50 @@
+"""The documentation matches the code: every training option is in its table with its default, every
+relative link resolves inside the repository, and the docs speak of the project, not of its history."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from training.config import TrainConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = sorted(
+    [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *ROOT.glob("*/README.md"), ROOT / "data/INTENTS.md"]
+)
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+HISTORY = re.compile(r"session \d|issue #\d|/work/|/tmp/|scratch", re.IGNORECASE)
+
+
+def _default(value) -> str:
+    if value is None:
+        return "null"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def test_every_training_option_is_documented_with_its_default():
+    text = (ROOT / "docs/own-intents.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `([a-z_0-9]+)` \| `([^`]*)` \|", text, flags=re.MULTILINE))
+    fields = TrainConfig.model_fields
+    assert sorted(rows) == sorted(fields), "docs/own-intents.md's option table differs from TrainConfig"
+    for name, field in fields.items():
+        assert rows[name] == _default(field.default), f"{name}: documented default {rows[name]!r}"
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_resolve_inside_the_repository(doc):
+    for target in LINK.findall(doc.read_text(encoding="utf-8")):
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            continue
+        path = (doc.parent / target.split("#", 1)[0]).resolve()
+        assert path.is_relative_to(ROOT), f"{doc.name}: {target} leads outside the repository"
+        assert path.exists(), f"{doc.name}: {target} does not exist"
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_docs_speak_of_the_project_not_its_history(doc):
+    lines = doc.read_text(encoding="utf-8").splitlines()
+    found = [f"{i}: {line.strip()[:80]}" for i, line in enumerate(lines, 1) if HISTORY.search(line)]
+    assert not found, f"{doc.name} names sessions, work items or machine paths:\n" + "\n".join(found)
