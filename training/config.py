@@ -92,7 +92,10 @@ class TrainConfig(BaseModel):
     )
     in_scope_keep: float = Field(0.99, gt=0, le=1, description="Share of dev in-scope rows kept in scope.")
     in_scope_shrinkage: float = Field(
-        0.1, ge=0, le=1, description="Shrinkage of the in-scope distance's covariance towards a scaled identity."
+        0.1,
+        ge=0,
+        le=1,
+        description="Shrinkage of the in-scope distance's covariance towards a scaled identity.",
     )
     compound_head_c: float = Field(
         4.0, gt=0, description="Inverse L2 strength of the one-vs-rest compound head."
