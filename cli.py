@@ -1,8 +1,10 @@
 """intent-router command line: one Typer app assembled from the commands beside the code they front.
 
-router/commands.py (serve, config check, schema: runtime only), eval/commands.py (route, score, gate:
-files of messages and CI) and training/commands.py (init, data check, train, export, build) and training/measure_commands.py (eval,
-bench).
+router/commands.py (route, score, serve, config check, schema: runtime only), eval/commands.py (gate,
+bench serve, bench score), training/commands.py (init, data check, train, export, build),
+training/data_commands.py (data add) and training/measure_commands.py (eval, bench speed, dataset,
+examples, project). Router imports nothing from eval, so this module hands route eval's data loader
+for --file and score eval's label metrics for --with-labels.
 Each command parses its options, calls one library function and prints. Every error is one line and
 a non-zero exit; ``--debug`` shows the traceback, ``--verbose`` lets third-party libraries log at INFO.
 """
@@ -10,14 +12,27 @@ a non-zero exit; ``--debug`` shows the traceback, ``--verbose`` lets third-party
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import typer
 
 from eval import commands as files
+from eval import review_commands as queue
+from eval.score_labels import decisions_metrics
 from router import commands as runtime
 from router.console import Opt, set_verbosity
 from training import commands as lifecycle
+from training import compare_commands as challenger
+from training import data_commands as corpus
 from training import measure_commands as measure
+
+
+def _read_messages(source: Path) -> list[str]:
+    """route --file: eval's data loader, imported only when a file is given."""
+    from eval.data import load_messages
+
+    return load_messages(source)
+
 
 app = typer.Typer(
     help="Train, export, evaluate and run an intent router: the shipped five-intent model, or your own.",
@@ -37,18 +52,23 @@ app.command()(lifecycle.train)
 app.command()(lifecycle.export)
 app.command()(lifecycle.build)
 app.command("recover-body")(lifecycle.recover_body)
-app.command()(files.route)
+app.command()(runtime.route_command(read_messages=_read_messages))
 app.command()(runtime.schema)
 app.command("eval")(measure.evaluate)
 app.command()(files.gate)
+app.command()(queue.review)
+app.command()(challenger.compare)
 app.command()(runtime.serve)
-app.command()(files.score)
+app.command()(runtime.score_command(label_metrics=decisions_metrics))
 data_app.command("check")(lifecycle.data_check)
+data_app.command("add")(corpus.data_add)
 config_app.command("check")(runtime.config_check)
 bench_app.command("speed")(measure.bench_speed)
 bench_app.command("dataset")(measure.bench_dataset)
 bench_app.command("examples")(measure.bench_examples)
 bench_app.command("project")(measure.bench_project)
+bench_app.command("serve")(files.bench_serve)
+bench_app.command("score")(files.bench_score)
 
 
 @app.callback()

@@ -1,13 +1,12 @@
-"""Throughput of `intent-router score`: ``python -m eval.bench_score --rows 20000 [--ray-workers 2]``.
+"""Throughput of `intent-router score`: ``intent-router bench score --rows 20000 [--ray-workers 2]``.
 
 Writes N synthetic rows (corpus messages with a random suffix, so no two are identical), scores them
-locally (one process) and with ``--ray`` on a local Ray with ``--ray-workers`` actors, and prints
-messages per second for each, with the load average before and after (this machine is shared).
+locally (one process) and with ``--ray`` on a local Ray with ``--ray-workers`` actors, and reports
+messages per second for each, with the load average before and after (the machine may be shared).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -15,7 +14,6 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
 WORDS = [
     "please",
     "today",
@@ -33,10 +31,11 @@ WORDS = [
 ]
 
 
-def synthetic(path: Path, rows: int, seed: int = 0) -> Path:
+def synthetic(path: Path, rows: int, data: Path, seed: int = 0) -> Path:
+    """``rows`` messages drawn from the train, dev and test splits of the corpus folder ``data``."""
     base = []
     for name in ("train", "dev", "test"):
-        for line in (ROOT / "data" / f"{name}.jsonl").read_text().splitlines():
+        for line in (data / f"{name}.jsonl").read_text().splitlines():
             if line.strip():
                 base.append(json.loads(line))
     rng = random.Random(seed)
@@ -48,51 +47,50 @@ def synthetic(path: Path, rows: int, seed: int = 0) -> Path:
     return path
 
 
-def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rows", type=int, default=20_000)
-    p.add_argument("--ray-workers", type=int, default=2, help="0: skip the Ray run")
-    p.add_argument("--skip-local", action="store_true")
-    p.add_argument("--window-rows", type=int, default=10_000)
-    a = p.parse_args(argv)
-    from eval.score import score_file
-    from eval.score_io import ScoreOptions
+def run_bench_score(
+    rows: int = 20_000,
+    ray_workers: int = 2,
+    skip_local: bool = False,
+    window_rows: int = 10_000,
+    data: Path = Path("data"),
+) -> dict:
+    """Score ``rows`` synthetic rows locally, then on a local Ray with ``ray_workers`` actors (0: no Ray
+    run); messages per second, wall time and accuracy of each."""
+    from eval.score_labels import decisions_metrics
+    from router.score.options import ScoreOptions, model_labels
+    from router.score.run import score_file
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-score-"))
-    inp = synthetic(tmp / "in.jsonl", a.rows)
+    inp = synthetic(tmp / "in.jsonl", rows, data)
     opts = ScoreOptions(id_column="id", with_labels=True)
-    out: dict = {"rows": a.rows}
-    if not a.skip_local:
+    labels = model_labels(opts.model_dir)
+    out: dict = {"rows": rows}
+    if not skip_local:
         la = os.getloadavg()
         t0 = time.perf_counter()
         s = score_file(inp, tmp / "local.parquet", opts, progress=False)
         out["local"] = {
             "messages_per_s": s["messages_per_s"],
             "wall_s": round(time.perf_counter() - t0, 1),
-            "accuracy": s["metrics"]["accuracy"],
+            "accuracy": decisions_metrics(tmp / "local.parquet", labels)["accuracy"],
             "load_avg_before": la,
             "load_avg_after": os.getloadavg(),
         }
         print(json.dumps(out["local"]), flush=True)
-    if a.ray_workers:
-        from eval.score_ray import score_file_ray
+    if ray_workers:
+        from router.score.ray_data import score_file_ray
 
         la = os.getloadavg()
         t0 = time.perf_counter()
         s = score_file_ray(
-            inp, tmp / "ray.parquet", opts, workers=a.ray_workers, window_rows=a.window_rows, progress=False
+            inp, tmp / "ray.parquet", opts, workers=ray_workers, window_rows=window_rows, progress=False
         )
         out["ray"] = {
-            "workers": a.ray_workers,
+            "workers": ray_workers,
             "messages_per_s": s["messages_per_s"],
             "wall_s_including_ray_start": round(time.perf_counter() - t0, 1),
-            "accuracy": s["metrics"]["accuracy"],
+            "accuracy": decisions_metrics(tmp / "ray.parquet", labels)["accuracy"],
             "load_avg_before": la,
             "load_avg_after": os.getloadavg(),
         }
-    print(json.dumps(out, indent=2))
     return out
-
-
-if __name__ == "__main__":
-    main()

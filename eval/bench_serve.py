@@ -1,8 +1,8 @@
-"""Load-test `intent-router serve` on 127.0.0.1: ``python -m eval.bench_serve [--server-args=...]``.
+"""Load-test `intent-router serve` on 127.0.0.1: ``intent-router bench serve [--server-args=...]``.
 
 Starts the server in its own process (with a key file), and drives it from this process with a
 small asyncio HTTP/1.1 client (keep-alive, no third-party code, so the generator costs little CPU
-beside the server on a 2-core machine). Prints JSON with:
+beside the server on a 2-core machine). Reports:
 
 - ``in_process``: p50/p99 of Router.route() on the same messages, and ``http_sequential``: one client,
   one request at a time; ``http_added_p50_ms`` is the difference;
@@ -14,7 +14,6 @@ beside the server on a 2-core machine). Prints JSON with:
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -29,7 +28,6 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
 KEY = "ir_bench-key-000000000000000000000000"
 
 
@@ -210,9 +208,9 @@ async def faults(port: int, msgs: list[str], n: int = 1000) -> dict:
 
 def start_server(port: int, keyfile: Path, extra: list[str]) -> subprocess.Popen:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, str(ROOT / "cli.py"), "serve", "--port", str(port), "--key-file", str(keyfile)]
+    cmd = [sys.executable, "-m", "cli", "serve", "--port", str(port), "--key-file", str(keyfile)]
     cmd += ["--log-level", "warning", *extra]
-    p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     import httpx
 
     for _ in range(400):
@@ -235,19 +233,20 @@ def load_router():
     return r
 
 
-def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rates", default="100,200,300,400,500", help="open-loop requests/s to try")
-    p.add_argument("--seconds", type=float, default=8.0, help="per open-loop rate / closed-loop run")
-    p.add_argument("--sequential", type=int, default=500)
-    p.add_argument("--skip-faults", action="store_true")
-    p.add_argument("--server-args", default="", help="extra `serve` arguments")
-    a = p.parse_args(argv)
+def run_bench_serve(
+    rates: list[float],
+    seconds: float = 8.0,
+    sequential: int = 500,
+    with_faults: bool = True,
+    server_args: list[str] | None = None,
+    data: Path = Path("data/test.jsonl"),
+) -> dict:
+    """Start the server with ``server_args`` and drive it with the messages of ``data``: sequential
+    requests beside in-process routing, open loop at each of ``rates`` (stopping once p99 passes
+    100 ms), 32 closed-loop clients, and (``with_faults``) 1,000 malformed requests."""
     from router.serve.auth import hash_key
 
-    msgs = [
-        json.loads(line)["text"] for line in (ROOT / "data" / "test.jsonl").read_text().splitlines() if line
-    ]
+    msgs = [json.loads(line)["text"] for line in data.read_text().splitlines() if line]
     tmp = Path(tempfile.mkdtemp())
     kf = tmp / "keys.yaml"
     kf.write_text(f"keys:\n  - {{id: bench, sha256: {hash_key(KEY)}, roles: [viewer, admin]}}\n")
@@ -255,35 +254,30 @@ def main(argv: list[str] | None = None) -> dict:
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    extra = a.server_args.split()
+    extra = list(server_args or [])
     out: dict = {"server_args": extra, "load_avg_before": os.getloadavg()}
     router = load_router()
     proc = start_server(port, kf, extra)
     try:
-        local, seq = asyncio.run(paired(port, router, msgs, a.sequential))
+        local, seq = asyncio.run(paired(port, router, msgs, sequential))
         out["in_process"] = _pct(local)
         out["http_sequential"] = _pct(seq)
         out["http_added_p50_ms"] = round(out["http_sequential"]["p50"] - out["in_process"]["p50"], 3)
         out["open_loop"] = []
-        for rate in [float(x) for x in a.rates.split(",")]:
-            r = asyncio.run(open_loop(port, msgs, rate, a.seconds))
+        for rate in rates:
+            r = asyncio.run(open_loop(port, msgs, rate, seconds))
             out["open_loop"].append(r)
             print(json.dumps(r), file=sys.stderr)
             if r["p99"] > 100:  # far past the goal: higher rates only queue up
                 break
         held = [r["rate"] for r in out["open_loop"] if r["p99"] <= 20 and r["errors"] == 0]
         out["max_rate_p99_20ms"] = max(held) if held else None
-        out["closed_loop_32"] = asyncio.run(closed_loop(port, msgs, 32, a.seconds))
-        if not a.skip_faults:
+        out["closed_loop_32"] = asyncio.run(closed_loop(port, msgs, 32, seconds))
+        if with_faults:
             out["faults"] = asyncio.run(faults(port, msgs))
         out["server_alive"] = proc.poll() is None
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
     out["load_avg_after"] = os.getloadavg()
-    print(json.dumps(out, indent=2))
     return out
-
-
-if __name__ == "__main__":
-    main()

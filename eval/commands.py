@@ -1,4 +1,4 @@
-"""Commands over files of messages: route (a few, interactively), score (a log, in bulk), gate (CI)."""
+"""Eval's commands: the CI gate, and the benchmarks of the server and of log scoring."""
 
 from __future__ import annotations
 
@@ -9,69 +9,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from router.console import (
-    ModelDir,
-    Opt,
-    RouterConfigFile,
-    TextColumn,
-    Threshold,
-    VerifierModel,
-    VerifierTimeout,
-    VerifierURL,
-    command,
-    console,
-    fail,
-    make_verifier,
-    table,
-)
-
-
-@command()
-def route(
-    texts: list[str] = typer.Argument(None, help="Message(s) to route."),
-    role: str = Opt("viewer", help="Caller's role (RBAC)."),
-    context: str | None = Opt(
-        None,
-        help="The previous message of the conversation: a continuation ('same for staging') is read with it.",
-    ),
-    file: Path | None = Opt(
-        None, "--file", "-f", help="Route every line of a file ('-' for stdin); JSONL rows use their 'text'."
-    ),
-    model: ModelDir = None,
-    config: RouterConfigFile = None,
-    threshold: Threshold = None,
-    variant: str | None = Opt(None, help="Graph variant: int8 (default) or fp32."),
-    verifier_url: VerifierURL = None,
-    verifier_model: VerifierModel = None,
-    verifier_timeout: VerifierTimeout = None,
-    as_json: Annotated[bool, Opt("--json", help="Print full decisions as JSON (one line each).")] = False,
-) -> None:
-    """Route messages: intent, confidence, granted and denied skills."""
-    from eval.data import load_messages
-    from router.config import RouterConfig
-    from router.routing import Router
-
-    messages = (load_messages(file) if file is not None else []) + list(texts or [])
-    if not messages:
-        raise fail("give a message, or --file FILE / --file - for stdin", code=2)
-    cfg = RouterConfig.load(config)
-    verifier = make_verifier(verifier_url, verifier_model, verifier_timeout, cfg)
-    router = Router.load(model, config=cfg, verifier=verifier, threshold=threshold, variant=variant)
-    decisions = (
-        router.route_batch(messages, role, context=context)
-        if verifier is None
-        else [router.route(m, role, context=context) for m in messages]
-    )
-    if as_json or len(messages) > 1:
-        for d in decisions:
-            print(d.model_dump_json(exclude_none=False) if as_json else json.dumps(d.brief()))
-        return
-    d = decisions[0]
-    console.print(json.dumps(d.brief()), highlight=False)
-    for x in d.denied:
-        console.print(f"  denied {x.skill}{' (required)' if x.required else ''}: {x.reason}", highlight=False)
-    if d.message:
-        console.print(f"  {d.message}", highlight=False)
+from router.console import Opt, command, console, fail, table
 
 
 @command()
@@ -119,50 +57,35 @@ def gate(
     raise typer.Exit(0 if passed else 1)
 
 
-RUN_OPTIONS = ("input", "out", "ray", "ray_address", "workers", "overwrite", "max_rows", "quiet")
+@command(extra="serve")
+def bench_serve(
+    rates: str = Opt("100,200,300,400,500", help="Open-loop requests/s to try."),
+    seconds: float = Opt(8.0, help="Seconds per open-loop rate / closed-loop run."),
+    sequential: int = Opt(500, help="Requests sent one at a time, each beside an in-process route()."),
+    skip_faults: bool = Opt(False, "--skip-faults", help="Skip the 1,000 malformed requests."),
+    server_args: str = Opt("", help="Extra `serve` arguments, e.g. --server-args='--ort-threads 2'."),
+    data: Path = Opt(Path("data/test.jsonl"), help="JSONL messages to send."),
+) -> dict:
+    """Load-test `intent-router serve` on 127.0.0.1 (extra 'serve'): HTTP overhead, open- and closed-loop load, malformed requests."""
+    from eval.bench_serve import run_bench_serve
+
+    rate_list = [float(x) for x in rates.split(",")]
+    result = run_bench_serve(rate_list, seconds, sequential, not skip_faults, server_args.split(), data)
+    print(json.dumps(result, indent=2))
+    return result
 
 
 @command(extra="scale")
-def score(
-    input: Path = typer.Argument(..., help="JSONL / CSV / TSV / Parquet file of messages."),
-    out: Path = Opt(..., "--out", "-o", help="Decisions: .parquet or .jsonl."),
-    role: str = Opt("viewer", help="Role to route for (RBAC)."),
-    text_column: TextColumn = "text",
-    label_column: Annotated[str, Opt(help="Column with the true intent (--with-labels).")] = "label",
-    id_column: str | None = Opt(None, help="Column copied to the output as 'id'."),
-    context_column: str | None = Opt(
-        None, help="Column with the previous message of a conversation: a continuation is read with it."
-    ),
-    with_labels: bool = Opt(False, "--with-labels", help="Add accuracy and the confusion matrix."),
-    skip_invalid: bool = Opt(False, "--skip-invalid", help="Write invalid rows with an 'error'."),
-    keep_text: bool = Opt(False, "--keep-text", help="Copy the message into the output."),
-    model_dir: ModelDir = None,
-    config: RouterConfigFile = None,
-    threshold: Threshold = None,
-    ray: bool = Opt(False, "--ray", help="Run the routing on Ray Data (extra 'scale')."),
-    ray_address: str | None = Opt(
-        None,
-        envvar="RAY_ADDRESS",
-        help="Ray cluster to join (e.g. ray://head:10001); none: start a local Ray.",
-    ),
-    workers: int = Opt(2, help="Ray actors (one Router each)."),
-    chunk_rows: int = Opt(2048, help="Rows per part file: the most a crash makes you score again."),
-    overwrite: bool = Opt(False, "--overwrite", help="Discard earlier output or parts."),
-    max_rows: int | None = Opt(None, hidden=True, help="Stop after N rows (tests, benchmarks)."),
-    quiet: bool = Opt(False, "--quiet", "-q", help="No progress bar."),
-) -> None:
-    """Route every message of a file and write the decisions; resumes after a crash (docs/score.md)."""
-    args = dict(locals())
-    run = {k: args.pop(k) for k in RUN_OPTIONS}
-    from eval.score import ScoreOptions, score_file
+def bench_score(
+    rows: int = Opt(20_000, help="Synthetic rows to score."),
+    ray_workers: int = Opt(2, help="Ray actors for the --ray run; 0: skip the Ray run."),
+    skip_local: bool = Opt(False, "--skip-local", help="Skip the local (one process) run."),
+    window_rows: int = Opt(10_000, help="Rows per Ray window."),
+    data: Path = Opt(Path("data"), help="Corpus folder: its train, dev and test JSONL give the messages."),
+) -> dict:
+    """Throughput of `intent-router score` on synthetic rows, locally and on a local Ray (extra 'scale')."""
+    from eval.bench_score import run_bench_score
 
-    opts = ScoreOptions(**{k: str(v) if isinstance(v, Path) else v for k, v in args.items()})
-    common = dict(overwrite=run["overwrite"], progress=not run["quiet"], max_rows=run["max_rows"])
-    if run["ray"]:
-        from eval.score_ray import score_file_ray
-
-        address, workers = run["ray_address"] or None, run["workers"]
-        summary = score_file_ray(run["input"], run["out"], opts, address=address, workers=workers, **common)
-    else:
-        summary = score_file(run["input"], run["out"], opts, **common)
-    print(json.dumps(summary))
+    result = run_bench_score(rows, ray_workers, skip_local, window_rows, data)
+    print(json.dumps(result, indent=2))
+    return result

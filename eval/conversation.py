@@ -27,7 +27,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from eval.data import DataError
+from eval.data_sources import DataError
 from eval.text_tables import cell, f, pct, table
 from router.intents import OUT_OF_SCOPE
 from router.manifest import sha256_file

@@ -232,7 +232,7 @@ def run_evaluation(
     requests and their single-intent twins of ``compound``, scored apart); return the report dict.
 
     ``predictor`` is any Predictor; without one, ``model`` (an exported model directory) is opened with
-    ONNX Runtime (``training.model.load_predictor`` also opens SetFit checkpoints). ``model`` is recorded
+    ONNX Runtime (``training.backends.load_predictor`` also opens SetFit checkpoints). ``model`` is recorded
     in the report either way. ``threshold`` defaults to the router's (0.75). ``verifier`` (a
     router.verifier.Verifier) adds the verifier lift on below-threshold messages.
     ``max_latency_samples=0`` skips the latency measurement. ``conversations`` (a conversation file,

@@ -1,8 +1,8 @@
 """What evaluation runs: any object with ``labels`` and ``predict_proba`` (the Predictor protocol).
 
 ``OnnxPredictor`` wraps an exported model directory (``router.classifier.Classifier``). The PyTorch
-SetFit model (``training.model.IntentModel``) satisfies the same protocol; eval imports nothing from
-training, so the torch backend is opened on the training side (``training.model.load_predictor``).
+SetFit model (``training.intent_model.IntentModel``) satisfies the same protocol; eval imports nothing from
+training, so the torch backend is opened on the training side (``training.backends.load_predictor``).
 Optional attributes read by reports: ``backend``, ``variant``, ``model_id``, ``manifest``, ``temperature``;
 a predictor with an in-scope distance also has ``distance_threshold`` and
 ``predict_with_distance(texts) -> (probabilities, distances)``; one with a compound head has

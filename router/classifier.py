@@ -6,7 +6,7 @@ import logging
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -15,13 +15,14 @@ from tokenizers import Tokenizer
 
 from router import env as envvars
 from router.batches import DEFAULT_MAX_TOKENS, check_texts, length_batches
+from router.classification import Classification
 from router.compound import (
-    classify_clauses,
-    clause_floor,
+    clause_probabilities,
     clause_vectors,
-    clauses_to_read,
+    clauses_of_batch,
+    flat_clauses,
     read_in_context,
-    resolve_batch,
+    resolve_clauses,
 )
 from router.manifest import Manifest, ModelError, load_manifest, verify_file
 from router.model_card import check_graph_metadata, read_graph_metadata
@@ -36,19 +37,21 @@ class UnstampedGraphWarning(UserWarning):
 
 
 @dataclass(frozen=True)
-class Classification:
-    label: str
-    confidence: float
-    ranking: list[tuple[str, float]]
-    tokenize_ms: float = 0.0
-    inference_ms: float = 0.0
-    truncated: bool = False
-    num_tokens: int = 0
-    distance: float | None = None  # in-scope distance (manifest.in_scope), when the graph computes it
-    intent_scores: dict[str, float] | None = None  # one-vs-rest scores (manifest.compound), when computed
-    intents: list[str] = field(default_factory=list)  # router.compound.resolve_intents: primary first
-    clauses: list[dict] = field(default_factory=list)  # the clauses classified for it, when it has any
-    embedding: np.ndarray | None = None  # the sentence embedding, when the classifier fetches it
+class GraphRun:
+    """One pass of the graph over a batch of messages (``Classifier._run``), rows in input order."""
+
+    probabilities: np.ndarray  # (messages, labels), calibrated, columns in ``labels`` order
+    distances: np.ndarray | None  # in-scope distances (manifest.in_scope), when the graph computes them
+    intent_scores: np.ndarray | None  # (messages, compound intents) one-vs-rest scores (manifest.compound)
+    encodings: list  # the tokenizer's encodings
+    tokenize_s: float
+    inference_s: float
+    embeddings: list[np.ndarray] | None  # sentence embeddings, when fetched
+    # each message's clauses to read (router.compound.clauses_of_batch), when the run was asked for them
+    # and the model has a compound head; with a clause reader, their vectors (router.compound.clause_vectors)
+    # from the run's own token states, (0, 1) for a message without clauses
+    clauses: list[list[str]] | None = None
+    clause_vectors: list[np.ndarray] | None = None
 
 
 class Classifier:
@@ -163,15 +166,20 @@ class Classifier:
     def model_id(self) -> str:
         return f"{self.manifest.model_id}/{self.variant}"
 
+    @property
+    def label_counts(self) -> dict[str, int] | None:
+        """Training rows per label, as the manifest records them (None when it does not)."""
+        data = self.manifest.training.data
+        return data.label_counts if data is not None else None
+
     # ------------------------------------------------------------------------------------- run
-    def _run(self, texts: Sequence[str], read_clauses: bool = False, embeddings: bool | None = None):
-        """Tokenize, then run the graph in length-sorted batches (router.batches.length_batches) so padding stays short; rows come back
-        in input order. Returns (probabilities, in-scope distances or None, intent scores or None,
-        encodings, tokenize seconds, inference seconds, sentence embeddings or None (``embeddings``,
-        default ``with_embeddings``), clause vectors). With ``read_clauses`` and a
-        clause reader, the clause vectors map each message whose clauses could matter to its clauses and
-        their vectors (router.compound.clause_vectors), taken from each chunk's token states as it runs;
-        else they are None."""
+    def _run(
+        self, texts: Sequence[str], read_clauses: bool = False, embeddings: bool | None = None
+    ) -> GraphRun:
+        """Tokenize, then run the graph in length-sorted batches (router.batches.length_batches) so padding
+        stays short; rows come back in input order. The sentence embeddings are fetched with
+        ``embeddings`` (default ``with_embeddings``). With ``read_clauses`` and a compound head, each
+        message's clauses to read are picked as its chunk runs (``_read_chunk_clauses``)."""
         t0 = time.perf_counter()
         encs = self._encode(texts)
         t1 = time.perf_counter()
@@ -183,9 +191,11 @@ class Classifier:
             if self.compound_intents
             else None
         )
-        vectors = {} if read_clauses and self._reader is not None and scores is not None else None
+        spec = self.manifest.compound
+        split = [[] for _ in encs] if read_clauses and spec is not None and scores is not None else None
+        in_context = split is not None and self._reader is not None
+        vectors = [_NO_CLAUSES] * len(encs) if in_context else None
         emb = [None] * len(encs) if (self.with_embeddings if embeddings is None else embeddings) else None
-        floor = clause_floor(self.manifest.compound) if vectors is not None else 0.0
         single = len(encs) == 1
         if single:  # one message needs no plan
             chunks = [[0]]
@@ -194,21 +204,9 @@ class Classifier:
             chunks = length_batches(order, lengths, self.max_batch, self.max_tokens)
         for idx in chunks:
             at = slice(0, 1) if single else idx  # a slice sets one row in a third of a list index's time
-            # the tokenizer pads nothing, so a message's attention mask is ones over its own tokens
-            if len(idx) == 1:  # no padding: the arrays straight from the encoding
-                ids = np.asarray([encs[idx[0]].ids], dtype=np.int64)
-                mask = np.ones(ids.shape, dtype=np.int64)
-            else:
-                width = lengths[idx[-1]]
-                ids = np.zeros((len(idx), width), dtype=np.int64)
-                mask = np.zeros((len(idx), width), dtype=np.int64)
-                for row, i in enumerate(idx):
-                    ids[row, : lengths[i]] = encs[i].ids
-                    mask[row, : lengths[i]] = 1
-            fetch = self._outputs if vectors is None else self._outputs_states
+            fetch = self._outputs_states if in_context else self._outputs
             out = self.session.run(
-                [*fetch, self.embedding_output] if emb is not None else fetch,
-                {"input_ids": ids, "attention_mask": mask},
+                [*fetch, self.embedding_output] if emb is not None else fetch, _inputs(encs, idx, lengths)
             )
             if emb is not None:
                 for row, i in enumerate(idx):
@@ -219,11 +217,25 @@ class Classifier:
                 dist[at] = out[1]
             if scores is not None:
                 scores[at] = out[len(self._outputs) - 1]  # the last of _outputs; the states follow
-            if vectors is not None:  # the chunk's own rows: out, not probs and scores indexed again
-                self._clause_vectors(
-                    texts, encs, idx, out[0], out[len(self._outputs) - 1], out[-1], floor, vectors
+            if split is not None:  # the chunk's own rows: out, not probs and scores indexed again
+                states = out[-1] if in_context else None
+                self._read_chunk_clauses(
+                    texts, encs, idx, out[0], out[len(self._outputs) - 1], states, split, vectors
                 )
-        return probs, dist, scores, encs, t1 - t0, time.perf_counter() - t1, emb, vectors
+        return GraphRun(probs, dist, scores, encs, t1 - t0, time.perf_counter() - t1, emb, split, vectors)
+
+    def _read_chunk_clauses(self, texts, encs, idx, probs, scores, states, split, vectors) -> None:
+        """Each message of a chunk: its clauses to read (router.compound.clauses_of_batch) into ``split``
+        and, with a clause reader, their vectors from the chunk's token ``states`` into ``vectors``.
+        ``probs``, ``scores`` and ``states``: the chunk's rows, in ``idx`` order."""
+        # plain floats and one argmax per chunk, not numpy scalars per message
+        primaries = [self.labels[j] for j in probs.argmax(axis=1).tolist()]
+        chunk = clauses_of_batch(self.manifest.compound, [texts[i] for i in idx], primaries, scores.tolist())
+        for row, i in enumerate(idx):
+            split[i] = clauses = chunk[row]
+            if clauses and states is not None:
+                n = len(encs[i])
+                vectors[i] = clause_vectors(texts[i], clauses, encs[i].offsets, states[row, :n])
 
     def _encode(self, texts: Sequence[str]) -> list:
         """Encodings in input order: router.wordpiece's where it takes the text, the tokenizer's elsewhere."""
@@ -242,17 +254,6 @@ class Classifier:
             return self.tokenizer.encode_batch(list(texts))
         return [self.tokenizer.encode(t) for t in texts]
 
-    def _clause_vectors(self, texts, encs, idx, probs, scores, states, floor, vectors) -> None:
-        """``probs``, ``scores`` and ``states``: the chunk's rows, in ``idx`` order."""
-        # plain floats and one argmax per chunk, not numpy scalars per message
-        tops, rows = probs.argmax(axis=1).tolist(), scores.tolist()
-        for row, i in enumerate(idx):
-            primary = self.labels[tops[row]]
-            clauses = clauses_to_read(self.manifest.compound, texts[i], primary, rows[row], floor)
-            if clauses:
-                n = len(encs[i])
-                vectors[i] = (clauses, clause_vectors(texts[i], clauses, encs[i].offsets, states[row, :n]))
-
     def predict_proba(self, texts: Sequence[str]) -> np.ndarray:
         """Calibrated probabilities, shape (n, labels), columns in ``self.labels`` order."""
         return self.predict(texts)[0]
@@ -263,8 +264,8 @@ class Classifier:
         if not texts:
             empty = np.zeros(0, dtype=np.float32) if self.distance_threshold is not None else None
             return np.zeros((0, len(self.labels)), dtype=np.float32), empty
-        probs, dist, *_ = self._run(texts)
-        return probs, dist
+        run = self._run(texts)
+        return run.probabilities, run.distances
 
     def predict_compound(
         self, texts: Sequence[str]
@@ -284,33 +285,29 @@ class Classifier:
                 [],
                 [],
             )
-        probs, dist, scores, *_, vectors = self._run(texts, read_clauses=True)
-        intents, clauses = self._intents(texts, probs, scores, vectors)
-        if scores is None:
-            scores = np.zeros((len(texts), 0), np.float32)
-        return probs, dist, scores, intents, clauses
+        run = self._run(texts, read_clauses=True)
+        intents, clauses = self._intents(run)
+        scores = run.intent_scores if run.intent_scores is not None else np.zeros((len(texts), 0), np.float32)
+        return run.probabilities, run.distances, scores, intents, clauses
 
-    def _intents(self, texts, probs, scores, vectors) -> tuple[list[list[str]], list[list[dict]]]:
-        primaries = [self.labels[j] for j in probs.argmax(axis=1).tolist()]
-        if vectors is None:  # each clause classified on its own, in a second run
-            return resolve_batch(
-                texts,
-                primaries,
-                self.manifest.compound,
-                scores,
-                lambda split: classify_clauses(split, self.labels, lambda t: self._run(t)[0]),
-            )
-        # read in context: _run has applied the same rule (clauses_to_read) to every message
-        split = [vectors[i][0] if i in vectors else [] for i in range(len(texts))]
-        found = [vectors[i][1] if i in vectors else np.zeros((0, 1)) for i in range(len(texts))]
-        return resolve_batch(
-            texts,
-            primaries,
-            self.manifest.compound,
-            scores,
-            lambda _: read_in_context(found, *self._reader_head, self.labels),
-            split=split,
+    def _intents(self, run: GraphRun) -> tuple[list[list[str]], list[list[dict]]]:
+        """Each message's intents and the clauses read for them (router.compound.resolve_clauses), from a
+        run that picked its clauses to read."""
+        primaries = [self.labels[j] for j in run.probabilities.argmax(axis=1).tolist()]
+        clause_probs = self._clause_probabilities(run) if run.clauses is not None else []
+        return resolve_clauses(
+            primaries, self.manifest.compound, run.intent_scores, run.clauses or [], clause_probs
         )
+
+    def _clause_probabilities(self, run: GraphRun) -> list[list[dict[str, float]]]:
+        """Each clause of ``run.clauses`` as label -> probability: read in context, from the vectors the
+        run took from its token states (the manifest's clause reader), else classified alone in a second
+        run over all of them."""
+        if run.clause_vectors is not None:
+            return read_in_context(run.clause_vectors, *self._reader_head, self.labels)
+        flat = flat_clauses(run.clauses)
+        probs = self._run(flat).probabilities if flat else np.zeros((0, len(self.labels)))
+        return clause_probabilities(run.clauses, probs, self.labels)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """The sentence embeddings of ``texts``: the graph's embedding output (training.embeddings), raw."""
@@ -319,7 +316,7 @@ class Classifier:
                 f"{self.model_dir}: the graph has no sentence-embedding output; re-export the model"
             )
         check_texts(texts)
-        emb = self._run(texts, embeddings=True)[6] if texts else []
+        emb = self._run(texts, embeddings=True).embeddings if texts else []
         return np.asarray(emb, dtype=np.float32).reshape(len(texts), -1)
 
     # --------------------------------------------------------------------------------- classify
@@ -330,16 +327,18 @@ class Classifier:
         check_texts(texts)
         if not texts:
             return []
-        probs, dist, scores, encs, tok_s, inf_s, emb, vectors = self._run(texts, read_clauses=True)
+        run = self._run(texts, read_clauses=True)
         t0 = time.perf_counter()
-        intents, clauses = self._intents(texts, probs, scores, vectors)
-        inf_s += time.perf_counter() - t0  # the clauses' own run
-        tok_ms, inf_ms = tok_s * 1000 / len(texts), inf_s * 1000 / len(texts)
+        intents, clauses = self._intents(run)
+        inf_s = run.inference_s + time.perf_counter() - t0  # with the clauses' own run
+        tok_ms, inf_ms = run.tokenize_s * 1000 / len(texts), inf_s * 1000 / len(texts)
         # plain floats, converted once per batch rather than as numpy scalars per message
-        rows, dists = probs.tolist(), dist.tolist() if dist is not None else None
-        rows_scores = scores.tolist() if scores is not None else None
+        rows = run.probabilities.tolist()
+        dists = run.distances.tolist() if run.distances is not None else None
+        rows_scores = run.intent_scores.tolist() if run.intent_scores is not None else None
+        emb = run.embeddings
         out = []
-        for i, enc in enumerate(encs):
+        for i, enc in enumerate(run.encodings):
             ranking = sorted(zip(self.labels, rows[i], strict=True), key=_by_probability)
             out.append(
                 Classification(
@@ -360,6 +359,24 @@ class Classifier:
                 )
             )
         return out
+
+
+def _inputs(encs: list, idx: list[int], lengths: list[int]) -> dict[str, np.ndarray]:
+    """The graph's inputs for the messages ``idx`` (sorted by length), padded to the longest. The tokenizer
+    pads nothing, so a message's attention mask is ones over its own tokens."""
+    if len(idx) == 1:  # no padding: the arrays straight from the encoding
+        ids = np.asarray([encs[idx[0]].ids], dtype=np.int64)
+        return {"input_ids": ids, "attention_mask": np.ones(ids.shape, dtype=np.int64)}
+    width = lengths[idx[-1]]
+    ids = np.zeros((len(idx), width), dtype=np.int64)
+    mask = np.zeros((len(idx), width), dtype=np.int64)
+    for row, i in enumerate(idx):
+        ids[row, : lengths[i]] = encs[i].ids
+        mask[row, : lengths[i]] = 1
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+_NO_CLAUSES = np.zeros((0, 1), dtype=np.float64)  # the clause vectors of a message without clauses
 
 
 def _by_probability(item: tuple[str, float]) -> float:

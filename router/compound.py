@@ -82,18 +82,30 @@ def best_by_label(rows: Iterable[Mapping[str, float]]) -> dict[str, float]:
     return out
 
 
-def classify_clauses(
-    split: Sequence[Sequence[str]], labels: Sequence[str], predict: Callable[[list[str]], np.ndarray]
+def flat_clauses(split: Sequence[Sequence[str]]) -> list[str]:
+    """Every message's clauses in one list, message by message: what one graph run classifies."""
+    return [c for clauses in split for c in clauses]
+
+
+def clause_probabilities(
+    split: Sequence[Sequence[str]], probs: np.ndarray, labels: Sequence[str]
 ) -> list[list[dict[str, float]]]:
-    """Each message's clauses as label -> probability, all of them classified in one ``predict`` call
+    """Each message's clauses as label -> probability, from ``probs``: the rows of ``flat_clauses(split)``
     (calibrated probabilities in ``labels`` order)."""
-    flat = [c for clauses in split for c in clauses]
-    probs = predict(flat) if flat else np.zeros((0, len(labels)))
     out, j = [], 0
     for clauses in split:
         out.append([dict(zip(labels, map(float, probs[j + n]), strict=True)) for n in range(len(clauses))])
         j += len(clauses)
     return out
+
+
+def classify_clauses(
+    split: Sequence[Sequence[str]], labels: Sequence[str], predict: Callable[[list[str]], np.ndarray]
+) -> list[list[dict[str, float]]]:
+    """Each message's clauses as label -> probability, all of them classified in one ``predict`` call
+    (calibrated probabilities in ``labels`` order)."""
+    flat = flat_clauses(split)
+    return clause_probabilities(split, predict(flat) if flat else np.zeros((0, len(labels))), labels)
 
 
 def order_pair(spec, a: str, b: str, primary: str) -> list[str]:
@@ -115,26 +127,34 @@ def resolve_batch(
     scores: np.ndarray | None,
     read: Callable[[list[list[str]]], list[list[dict[str, float]]]],
     threshold: float | None = None,
-    split: Sequence[Sequence[str]] | None = None,
 ) -> tuple[list[list[str]], list[list[dict]]]:
-    """Intents of many messages. ``read`` gives, for each message's clauses, each clause's label ->
-    probability (``classify_clauses`` in a second graph run, or ``read_in_context`` from the first run's
-    token states); messages no clause could make compound (``clause_floor``) get no clauses to read.
-    ``split``: each message's ``clauses_to_read``, when the caller has them already. Returns the intents
-    and, per message, its clauses with their top label and probability (for the trace; [] when they were
-    not read)."""
+    """Intents of many messages, for a caller that reads clauses through ``read``: each message's clauses
+    to read (``clauses_of_batch``) go to ``read``, which gives each clause's label -> probability
+    (``classify_clauses``, or ``read_in_context``), then ``resolve_clauses``."""
     if spec is None or scores is None:
-        return [[] if p in RESERVED else [p] for p in primaries], [[] for _ in texts]
-    if split is None:
-        floor = clause_floor(spec, threshold)
-        split = [
-            clauses_to_read(spec, t, p, scores[i], floor)
-            for i, (t, p) in enumerate(zip(texts, primaries, strict=True))
-        ]
-    split = [list(c) for c in split]
+        return resolve_clauses(primaries, spec, scores, [], [])
+    split = clauses_of_batch(spec, texts, primaries, scores, threshold)
+    return resolve_clauses(primaries, spec, scores, split, read(split), threshold)
+
+
+def resolve_clauses(
+    primaries: Sequence[str],
+    spec,
+    scores: np.ndarray | None,
+    split: Sequence[Sequence[str]],
+    clause_probs: Sequence[Sequence[Mapping[str, float]]],
+    threshold: float | None = None,
+) -> tuple[list[list[str]], list[list[dict]]]:
+    """Intents of many messages (``resolve_intents``) from their top labels ``primaries``, one-vs-rest
+    ``scores``, clauses to read ``split`` (``clauses_of_batch``) and those clauses' label -> probability
+    ``clause_probs``. Without a compound head (``spec`` or ``scores`` None) each message has its primary
+    alone, and the clauses are not looked at. Returns the intents and, per message, its clauses with their
+    top label and probability (for the trace; [] when none were read)."""
+    if spec is None or scores is None:
+        return [[] if p in RESERVED else [p] for p in primaries], [[] for _ in primaries]
     intents, details = [], []
     score_rows = np.asarray(scores, dtype=np.float64).tolist()  # plain floats, converted once
-    for i, (clauses, rows) in enumerate(zip(split, read(split), strict=True)):
+    for i, (clauses, rows) in enumerate(zip(split, clause_probs, strict=True)):
         row_scores = dict(zip(spec.intents, score_rows[i], strict=True))
         intents.append(resolve_intents(primaries[i], spec, row_scores, rows, threshold))
         details.append(
@@ -144,6 +164,21 @@ def resolve_batch(
             ]
         )
     return intents, details
+
+
+def clauses_of_batch(
+    spec,
+    texts: Sequence[str],
+    primaries: Sequence[str],
+    scores: np.ndarray | Sequence[Sequence[float]],
+    threshold: float | None = None,
+) -> list[list[str]]:
+    """Each message's clauses to read (``clauses_to_read``, at ``clause_floor``): the one place that
+    decides whose clauses are classified."""
+    floor = clause_floor(spec, threshold)
+    return [
+        clauses_to_read(spec, t, p, row, floor) for t, p, row in zip(texts, primaries, scores, strict=True)
+    ]
 
 
 def clauses_to_read(
@@ -210,8 +245,8 @@ def read_in_context(
 def clause_floor(spec, threshold: float | None = None) -> float:
     """The one-vs-rest score under which no intent can be added whatever a message's clauses say:
     ``stacked_scores`` with the best clause terms (probability 1, has clauses) stays below the threshold.
-    A message whose other intents all score under it keeps its primary alone, so resolve_batch skips
-    classifying its clauses; the intents are the same, only the second graph run is saved (half of the
+    A message whose other intents all score under it keeps its primary alone, so clauses_of_batch gives
+    it no clauses to classify; the intents are the same, only the second graph run is saved (half of the
     test split's single-intent messages that split into clauses)."""
     w, t = spec.weights, spec.threshold if threshold is None else threshold
     return _crossing(spec, t, max(w[1], 0.0), max(w[2], 0.0))
@@ -256,7 +291,7 @@ def compound_confidence(
     probs: Mapping[str, float], intents: Sequence[str], clauses: Sequence[Mapping] = ()
 ) -> float:
     """How sure the model is of ``intents``: the whole message's probability mass on them or, when each
-    of two intents is the top label of one of the message's clauses (``resolve_batch``'s details), the
+    of two intents is the top label of one of the message's clauses (``resolve_clauses``'s details), the
     lower of those clauses' probabilities, whichever is higher. A compound message's own softmax spreads
     over its asks (measured: its top label is the primary for about a third of them), while each clause
     is read on its own, as a message, by the calibrated model."""

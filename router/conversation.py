@@ -22,10 +22,28 @@ keeps the previous intent (``follow_up_unverified``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from router.intents import CONTINUATION, OUT_OF_SCOPE
+
+if TYPE_CHECKING:
+    from router.decision import Decision
+
+
+@dataclass(frozen=True)
+class Turn:
+    """What a message is read after: the previous turn's Decision (``previous``), or, when the caller keeps
+    no decisions, its message (``context``); neither for a message that opens a conversation."""
+
+    previous: Decision | None = None
+    context: str | None = None
+
+    @property
+    def given(self) -> bool:
+        """Whether there is a previous turn to read the message with."""
+        return self.previous is not None or bool(self.context)
 
 
 @dataclass(frozen=True)
@@ -75,7 +93,7 @@ def is_continuation(c, threshold: float, has_turn: bool) -> bool:
 DEFAULT_CONTEXT_WEIGHT = 2.0
 
 
-def context_weight(label_counts: dict[str, int] | None) -> float:
+def context_weight(label_counts: Mapping[str, int] | None) -> float:
     """OUT_OF_SCOPE rows per CONTINUATION row in the training data (at least 1), from the manifest."""
     counts = label_counts or {}
     oos, cont = counts.get(OUT_OF_SCOPE, 0), counts.get(CONTINUATION, 0)

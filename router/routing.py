@@ -1,17 +1,27 @@
-"""Router: guardrail -> classifier -> threshold -> verifier or fallback -> skills -> RBAC -> Decision."""
+"""Router: guardrail -> classifier -> threshold -> verifier or fallback -> skills -> RBAC -> Decision.
+
+One message through ``Router.route``: router.message admits it (guardrail) and classifies the batch it is
+part of; ``Router._classified`` then reads the Classification in named steps (the prior after a turn,
+intents defined by examples, continuation, out of scope, its own intent or the verifier and fallback),
+each adding its step to the message's trace, and ``_routed`` or ``_skill_free`` builds the Decision once.
+"""
 
 from __future__ import annotations
 
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from router import env as envvars
-from router.classifier import Classification, Classifier
+from router.classification import Classification, RoutingClassifier
+from router.classifier import Classifier
 from router.compound import compound_confidence
 from router.config import RouterConfig, validate_threshold
 from router.conversation import (
+    Context,
+    Turn,
     carried_intents,
     context_weight,
     conversation_after,
@@ -24,8 +34,8 @@ from router.conversation import (
 from router.decision import Decision, ReasonCode
 from router.examples import ExampleIntents
 from router.grants import SkillGrants
-from router.guardrail import low_signal_reason, repair_text
 from router.intents import RESERVED, intents_of
+from router.message import Message, admit, classify_admitted
 from router.steps import compound_step, ranking, scope_of, step
 from router.verifier import Verifier
 from router.verifier.stage import check_verifier, verify_stage
@@ -46,14 +56,45 @@ def default_model_dir() -> Path:
     return INSTALLED_MODEL
 
 
+@dataclass(frozen=True)
+class Ask:
+    """What a classified message asks for, judged against its threshold."""
+
+    primary: str  # its end goal: the first of its intents, else the classifier's top label
+    secondary: str | None  # a compound request's other intent
+    threshold: float  # the primary's own (config ``thresholds``), else the router's
+    pair: float  # how sure the model is of its intents together (router.compound.compound_confidence)
+    own: bool  # no out-of-scope signal, an intent, and sure of it: routed as classified
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A message that is not a continuation by itself, as read with the turn before it."""
+
+    context: Context | None = None  # the conversation, when it was looked up
+    follow_up: bool = False  # it leans to the conversation's intent
+    out_of_scope: bool = False
+    continuation: float | None = None  # read in context, a continuation: its probability mass
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a message goes before skills and RBAC: its intents (none: the fallback's skills), and the
+    Decision's source and reason."""
+
+    intents: tuple[str, ...]
+    source: str
+    reason: ReasonCode
+
+
 class Router:
     """Routes messages to intents and skills. Thread-safe: it holds no per-request state. It reads its
     config's skills and roles once per role and intents (router.grants): for another config, build another
-    Router."""
+    Router. Any classifier with the members of router.classification.RoutingClassifier routes."""
 
     def __init__(
         self,
-        classifier: Classifier,
+        classifier: RoutingClassifier,
         config: RouterConfig | None = None,
         verifier: Verifier | None = None,
         threshold: float | None = None,
@@ -74,8 +115,7 @@ class Router:
         check_verifier(verifier, self.intents)
         self._grants = SkillGrants(self.config)
         self.conversational = knows_continuations(classifier.labels)
-        data = classifier.manifest.training.data
-        self.context_weight = context_weight(data.label_counts if data is not None else None)
+        self.context_weight = context_weight(classifier.label_counts)
 
     @classmethod
     def load(
@@ -108,282 +148,234 @@ class Router:
         context: str | None = None,
     ) -> list[Decision]:
         """Route many messages, each read after the same previous turn when one is given; the classifier
-        runs once over all that pass the guardrail."""
-        if context is not None and not isinstance(context, str):
-            raise TypeError(f"context must be the previous message as a str, got {type(context).__name__}")
-        if isinstance(texts, str):
-            raise TypeError("route_batch takes a sequence of strings; use route(text, role) for one message")
-        if not isinstance(role, str):
-            raise TypeError(f"role must be a str, got {type(role).__name__}")
+        runs once over all that pass the guardrail (router.message)."""
+        _check_arguments(texts, role, context)
         t0 = time.perf_counter()
-        prepared: list[tuple[str, dict, str | None, int]] = []
-        for text in texts:
-            if not isinstance(text, str):  # e.g. null or a number from a JSON client
-                prepared.append(("", {"chars": 0}, f"not a string ({type(text).__name__})", 0))
-                continue
-            text, repaired = repair_text(text)
-            info = {"chars": len(text)}  # InputInfo
-            if len(text) > self.config.max_chars:
-                text = text[: self.config.max_chars]
-                info["truncated_chars"] = True
-            prepared.append((text, info, None, repaired))
-        results: dict[int, Classification] = {}
-        invalid: dict[int, str] = {i: why for i, (_, _, why, _) in enumerate(prepared) if why}
-        low: dict[int, str] = {}
-        for i, (text, _, why, _) in enumerate(prepared):
-            if why is None:
-                reason = low_signal_reason(text)
-                if reason is not None:
-                    low[i] = reason
-        to_classify = [i for i in range(len(prepared)) if i not in invalid and i not in low]
-        if to_classify:
-            results, failed = self._classify(to_classify, [prepared[i][0] for i in to_classify])
-            invalid.update(failed)
+        admitted = classify_admitted(self.classifier, [admit(t, self.config.max_chars) for t in texts])
         shared_ms = (time.perf_counter() - t0) * 1000 / max(1, len(texts))
-        out = []
-        for i, (text, info, _, repaired) in enumerate(prepared):
-            t_msg = time.perf_counter()
-            if i in invalid:
-                d = self._invalid(role, info, invalid[i], previous)
-            elif i in low:
-                d = self._guardrail(role, info, low[i], previous)
-            else:
-                d = self._decide(text, role, info, results[i], previous, context)
-            if repaired:
-                d.trace[0].detail["repaired_surrogates"] = repaired
-            d.latency.total_ms = round(shared_ms + (time.perf_counter() - t_msg) * 1000, 4)
-            out.append(d)
-        return out
+        turn = Turn(previous, context)
+        return [self._decide(Message(intake, c, role, turn, shared_ms)) for intake, c in admitted]
 
-    def _classify(
-        self, indices: list[int], texts: list[str]
-    ) -> tuple[dict[int, Classification], dict[int, str]]:
-        """Classify in one batch; if the batch fails, message by message, so one message the tokenizer or
-        the graph cannot take costs only its own decision (reason ``invalid_input``)."""
-        try:
-            return dict(zip(indices, self.classifier.classify_batch(texts), strict=True)), {}
-        except Exception:
-            if len(texts) == 1:
-                return {}, {indices[0]: "the classifier could not take this text"}
-        results: dict[int, Classification] = {}
-        failed: dict[int, str] = {}
-        for i, text in zip(indices, texts, strict=True):
-            try:
-                results[i] = self.classifier.classify_batch([text])[0]
-            except Exception as e:
-                failed[i] = f"the classifier could not take this text ({type(e).__name__})"
-        return results, failed
+    def _decide(self, m: Message) -> Decision:
+        """One message's Decision: stopped by the guardrail, or read from its classification."""
+        why = m.intake.invalid
+        if why is not None:
+            message = f"invalid input ({why}): nothing was routed"
+            return self._skill_free(m, ReasonCode.INVALID_INPUT, "guardrail", False, message)
+        if m.classification is None:  # not classified, not invalid: low signal
+            why = m.intake.low_signal
+            message = f"low-signal input ({why}): no skills are loaded; ask the user what they need"
+            return self._skill_free(m, ReasonCode.LOW_SIGNAL, "guardrail", True, message)
+        return self._classified(m, m.classification)
 
-    # ---------------------------------------------------------------------------------- stages
-    # The stages build the Decision's parts as plain dicts (router.steps) and validate them once.
-    def _skill_free(
-        self,
-        role,
-        info,
-        reason,
-        source,
-        servable,
-        message,
-        trace,
-        c=None,
-        scope=None,
-        latency=None,
-        previous=None,
-    ):
-        """A decision that loads no skill: invalid input, low signal, out of scope, a continuation with no
-        context. It keeps the previous turn's conversation intents, so a continuation after small talk
-        still finds them."""
-        return Decision.model_validate(
-            dict(
-                intent=None,
-                conversation_intents=carried_intents(previous),
-                confidence=c.confidence if c is not None else None,
-                ranking=ranking(c) if c is not None else [],
-                scope=scope,
-                source=source,
-                reason_code=reason,
-                role=role,
-                skills={"required": [], "optional": []},
-                servable=servable,
-                message=message,
-                threshold=self.threshold,
-                model_id=self.classifier.model_id,
-                input=info,
-                latency=latency or {},
-                trace=trace,
-            )
-        )
-
-    def _invalid(self, role: str, info: dict, why: str, previous: Decision | None) -> Decision:
-        trace = [step("guardrail", "invalid_input", {"why": why})]
-        message = f"invalid input ({why}): nothing was routed"
-        return self._skill_free(
-            role, info, ReasonCode.INVALID_INPUT, "guardrail", False, message, trace, previous=previous
-        )
-
-    def _guardrail(self, role: str, info: dict, why: str, previous: Decision | None) -> Decision:
-        trace = [step("guardrail", "low_signal", {"why": why})]
-        message = f"low-signal input ({why}): no skills are loaded; ask the user what they need"
-        return self._skill_free(
-            role, info, ReasonCode.LOW_SIGNAL, "guardrail", True, message, trace, previous=previous
-        )
-
-    def _decide(
-        self,
-        text: str,
-        role: str,
-        info: dict,
-        c: Classification,
-        previous: Decision | None,
-        context: str | None = None,
-    ) -> Decision:
-        info["truncated_tokens"] = c.truncated
-        detail = {"label": c.label, "confidence": round(c.confidence, 6), "tokens": c.num_tokens}
-        trace = [
-            step("guardrail", "pass"),
-            step("classifier", "ok", detail, round(c.tokenize_ms + c.inference_ms, 4)),
-        ]
-        latency = {"tokenize_ms": round(c.tokenize_ms, 4), "inference_ms": round(c.inference_ms, 4)}
-        turn = (previous, context, role)  # what a continuation is read with (router.conversation)
-        has_turn = previous is not None or bool(context)
-        if self.conversational and has_turn:
-            c = with_prior(c, self.context_weight)  # after a turn, the odds of a continuation are higher
-            prior = {
-                "label": c.label,
-                "confidence": round(c.confidence, 6),
-                "weight": round(self.context_weight, 4),
-            }
-            trace.append(step("conversation", "prior", prior))
+    # ---------------------------------------------------------------------- a classified message
+    def _classified(self, m: Message, raw: Classification) -> Decision:
+        """An intent defined by examples; else a continuation of the conversation; else out of scope; else
+        its own intent when sure of it; else the verifier's, the conversation's, or the fallback."""
+        c = self._after_turn(m, raw)
         scope = scope_of(c, self.threshold, self.classifier.distance_threshold)
+        signals = scope["signals"]
         match = self.examples.match(c.embedding) if self.examples is not None else None
         if match is not None:  # an intent defined by examples (router.examples)
-            trace.append(step("examples", "matched", match))
-            reason, intents = ReasonCode.MATCHED_EXAMPLES, [match["intent"]]
-            return self._routed(c, intents, "examples", reason, role, info, scope, latency, trace, previous)
-        signals = scope["signals"]
+            m.trace.append(step("examples", "matched", match))
+            route = Route((match["intent"],), "examples", ReasonCode.MATCHED_EXAMPLES)
+            return self._routed(m, c, scope, route)
+        ask = self._ask(c, signals)
+        if self.conversational and is_continuation(c, self.threshold, m.turn.given):
+            return self._continuation(m, c, scope)
+        reading = (
+            self._in_conversation(m, c, ask, signals) if self.conversational else _after_previous(m, signals)
+        )
+        if reading.continuation is not None:
+            return self._continuation(m, c, scope, reading.context, reading.continuation)
+        if reading.out_of_scope:
+            m.trace.append(step("scope", "out_of_scope", {"signals": signals}))
+            return self._out_of_scope(m, c, scope, "classifier")
+        route = self._accepted(m, c, ask) if ask.own else self._unsure(m, c, ask, signals, reading)
+        if route.reason == ReasonCode.OUT_OF_SCOPE:  # the verifier's verdict
+            return self._out_of_scope(m, c, {**scope, "signals": [*signals, "verifier"]}, route.source)
+        if not route.intents:  # the fallback: the fallback intents' skills, or none: ask the user
+            m.trace.append(step("fallback", "used", {"intents": list(self.config.fallback_intents)}))
+            if not self.config.fallback_intents:
+                route = replace(route, reason=ReasonCode.CLARIFY)
+        return self._routed(m, c, scope, route)
+
+    def _after_turn(self, m: Message, c: Classification) -> Classification:
+        """``c`` as read after a previous turn, where a continuation is likelier than the training rows
+        say (router.conversation.with_prior); ``c`` itself without one, or for a model without the label."""
+        if not (self.conversational and m.turn.given):
+            return c
+        c = with_prior(c, self.context_weight)
+        prior = {
+            "label": c.label,
+            "confidence": round(c.confidence, 6),
+            "weight": round(self.context_weight, 4),
+        }
+        m.trace.append(step("conversation", "prior", prior))
+        return c
+
+    def _ask(self, c: Classification, signals: list[str]) -> Ask:
+        """Its intents, the primary's threshold, and whether it is its own request, sure of them."""
         primary = c.intents[0] if c.intents else c.label  # a compound request: its end goal first
         secondary = c.intents[1] if len(c.intents) > 1 else None
-        probs = dict(c.ranking)
-        pair = compound_confidence(probs, c.intents, c.clauses)
+        pair = compound_confidence(dict(c.ranking), c.intents, c.clauses)
         tau = self.thresholds.get(primary, self.threshold)
         sure = c.confidence >= tau or pair >= tau
-        own = not signals and primary not in RESERVED and sure  # its own intent, confidently
-        ctx = None  # the conversation's Context, read at most once a message (a previous message is routed)
-        if self.conversational:
-            if is_continuation(c, self.threshold, has_turn):
-                return self._continuation(c, scope, turn, info, latency, trace)
-            follow_up, out_of_scope = False, bool(signals)
-            # small talk is out of scope whatever came before; any other message that is not sure of its
-            # own intent is read after the previous turn (router.conversation.in_context)
-            ctx = self._context(turn) if has_turn and not own and "classifier" not in signals else None
-            if ctx is not None:
-                best, mass = in_context(c.ranking, ctx.intents[0])
-                if best == ctx.intents[0] and mass >= self.threshold:
-                    return self._continuation(c, scope, turn, info, latency, trace, ctx, mass)
-                follow_up = best == ctx.intents[0]
-                out_of_scope = bool(signals) and best is None
-        else:  # a model without the label: out of scope or unsure right after a turn may continue it
-            follow_up = previous is not None and previous.intent is not None
-            out_of_scope = bool(signals) and not follow_up
-        if out_of_scope:
-            trace.append(step("scope", "out_of_scope", {"signals": signals}))
-            return self._out_of_scope(c, scope, "classifier", role, info, latency, trace, previous)
-        if own:
-            detail = {"threshold": tau}
-            reason = ReasonCode.CONFIDENT
-            if c.confidence < tau:  # unsure only between the two intents the message asks for
-                detail["pair_confidence"] = round(pair, 6)
-                reason = ReasonCode.CONFIDENT_COMPOUND
-            trace.append(step("threshold", "accepted", detail))
-            intent, source = primary, "classifier"
-            if c.intent_scores is not None:
-                trace.append(compound_step(c))
-        else:  # unsure, or out of scope right after a turn it may continue ("yes", "and for next week?")
-            status = "out_of_scope_follow_up" if signals else "below"
-            trace.append(step("threshold", status, {"threshold": tau}))
-            if follow_up and ctx is None:  # a model without the label: the previous turn's intents
-                ctx = self._context(turn)
-            intent, source, reason, secondary = verify_stage(
-                self.verifier, text, c, turn, trace, latency, lambda: ctx or self._context(turn), self.intents
-            )
-            if reason == ReasonCode.OUT_OF_SCOPE:
-                signals.append("verifier")
-                return self._out_of_scope(c, scope, "verifier", role, info, latency, trace, previous)
-            if intent is None and follow_up and ctx is not None:
-                trace.append(step("follow_up", "kept_previous", ctx.detail()))
-                intent, source, reason = ctx.intents[0], "fallback", ReasonCode.FOLLOW_UP_UNVERIFIED
-                secondary = ctx.secondary
+        return Ask(primary, secondary, tau, pair, not signals and primary not in RESERVED and sure)
 
-        intents = [intent] + ([secondary] if secondary not in (None, intent) else []) if intent else []
-        if intent is None:  # fallback: union of the fallback intents' skills, or none: ask the user
-            trace.append(step("fallback", "used", {"intents": list(self.config.fallback_intents)}))
-            if not self.config.fallback_intents:
-                reason = ReasonCode.CLARIFY
-        return self._routed(c, intents, source, reason, role, info, scope, latency, trace, previous)
+    def _in_conversation(self, m: Message, c: Classification, ask: Ask, signals: list[str]) -> Reading:
+        """For a model that knows continuations: small talk is out of scope whatever came before; any other
+        message not sure of its own intent is read after the previous turn (router.conversation.in_context):
+        a continuation when its continuation and conversation-intent probabilities together reach the
+        threshold, else a follow-up when they lead."""
+        ctx = self._context(m) if m.turn.given and not ask.own and "classifier" not in signals else None
+        if ctx is None:
+            return Reading(out_of_scope=bool(signals))
+        best, mass = in_context(c.ranking, ctx.intents[0])
+        if best == ctx.intents[0] and mass >= self.threshold:
+            return Reading(ctx, continuation=mass)
+        return Reading(ctx, follow_up=best == ctx.intents[0], out_of_scope=bool(signals) and best is None)
 
-    def _context(self, turn: tuple):
+    def _accepted(self, m: Message, c: Classification, ask: Ask) -> Route:
+        """Its own intents: the classifier is sure of the primary, or of the two intents together."""
+        detail = {"threshold": ask.threshold}
+        reason = ReasonCode.CONFIDENT
+        if c.confidence < ask.threshold:  # unsure only between the two intents the message asks for
+            detail["pair_confidence"] = round(ask.pair, 6)
+            reason = ReasonCode.CONFIDENT_COMPOUND
+        m.trace.append(step("threshold", "accepted", detail))
+        if c.intent_scores is not None:
+            m.trace.append(compound_step(c))
+        return Route(_intents(ask.primary, ask.secondary), "classifier", reason)
+
+    def _unsure(self, m: Message, c: Classification, ask: Ask, signals: list[str], reading: Reading) -> Route:
+        """Unsure, or out of scope right after a turn it may continue ("yes", "and for next week?"): the
+        verifier's intents; else, for a follow-up, the conversation's; else none (the fallback)."""
+        status = "out_of_scope_follow_up" if signals else "below"
+        m.trace.append(step("threshold", status, {"threshold": ask.threshold}))
+        ctx = reading.context
+        if reading.follow_up and ctx is None:  # a model without the label: the previous turn's intents
+            ctx = self._context(m)
+        v = verify_stage(self.verifier, m.text, c, m.turn, lambda: ctx or self._context(m), self.intents)
+        m.trace.append(v.step)
+        m.verifier_ms = v.ms
+        if v.intent is None and v.reason != ReasonCode.OUT_OF_SCOPE and reading.follow_up and ctx is not None:
+            m.trace.append(step("follow_up", "kept_previous", ctx.detail()))
+            return Route(_intents(ctx.intents[0], ctx.secondary), "fallback", ReasonCode.FOLLOW_UP_UNVERIFIED)
+        return Route(_intents(v.intent, v.secondary), v.source, v.reason)
+
+    def _context(self, m: Message) -> Context | None:
         """The conversation a continuation is read in (router.conversation.resolve_context); a previous
         message given without its Decision is routed here, with the same role."""
-        previous, context, role = turn
-        return resolve_context(previous, context, lambda m: list(self.route(m, role).intents))
+        return resolve_context(
+            m.turn.previous, m.turn.context, lambda text: list(self.route(text, m.role).intents)
+        )
 
-    def _continuation(self, c, scope, turn, info, latency, trace, ctx=None, mass=None) -> Decision:
+    def _continuation(
+        self,
+        m: Message,
+        c: Classification,
+        scope: dict,
+        ctx: Context | None = None,
+        mass: float | None = None,
+    ) -> Decision:
         """A continuation at or above the threshold (or, read in context, a message whose continuation
         and conversation-intent probabilities together reach it: ``mass``): the conversation's intents,
         or, with no previous turn to read it with, no intent and no skill (reason ``needs_context``)."""
-        previous, _, role = turn
-        ctx = ctx or self._context(turn)
+        ctx = ctx or self._context(m)
         if ctx is None:
-            trace.append(step("conversation", "no_context"))
+            m.trace.append(step("conversation", "no_context"))
             message = (
                 "a continuation of an earlier turn, with no previous turn to read it with: pass the previous "
                 "Decision (previous=) or message (context=); no skills are loaded"
             )
-            reason = ReasonCode.NEEDS_CONTEXT
-            return self._skill_free(
-                role, info, reason, "classifier", True, message, trace, c, scope, latency, previous
-            )
+            return self._skill_free(m, ReasonCode.NEEDS_CONTEXT, "classifier", True, message, c, scope)
         detail = ctx.detail() if mass is None else {**ctx.detail(), "in_context": round(mass, 6)}
-        trace.append(step("conversation", "continuation", detail))
-        reason = ReasonCode.FOLLOW_UP_IN_CONTEXT
-        return self._routed(
-            c, list(ctx.intents), "classifier", reason, role, info, scope, latency, trace, previous
-        )
+        m.trace.append(step("conversation", "continuation", detail))
+        return self._routed(m, c, scope, Route(ctx.intents, "classifier", ReasonCode.FOLLOW_UP_IN_CONTEXT))
 
-    def _routed(self, c, intents, source, reason, role, info, scope, latency, trace, previous) -> Decision:
-        """The Decision for ``intents`` (none: the fallback's skills), after RBAC."""
+    # -------------------------------------------------------------------------------- decisions
+    def _routed(self, m: Message, c: Classification, scope: dict, route: Route) -> Decision:
+        """The Decision for ``route`` (no intents: the fallback's skills), after RBAC."""
+        intents = list(route.intents)
         intent = intents[0] if intents else None
-        g = self._grants.get(role, tuple(intents))
+        g = self._grants.get(m.role, route.intents)
         rbac = {"granted": [*g.required, *g.optional], "denied": [d["skill"] for d in g.denied]}
-        trace.append(step("rbac", "ok" if g.servable else "required_denied", rbac))
+        m.trace.append(step("rbac", "ok" if g.servable else "required_denied", rbac))
         rank = ranking(c)
-        return Decision.model_validate(
-            dict(
-                intent=intent,
-                intents=intents,
-                conversation_intents=conversation_after(intents, previous, rank, source == "fallback"),
-                confidence=c.confidence,
-                ranking=rank,
-                scope=scope,
-                source=source,
-                reason_code=reason,
-                role=role,
-                skills={"required": list(g.required), "optional": list(g.optional)},
-                denied=g.denied,
-                servable=g.servable,
-                message=g.message,
-                requires_confirmation=g.requires_confirmation,
-                context_budget=g.context_budget,
-                threshold=self.thresholds.get(intent, self.threshold),
-                model_id=self.classifier.model_id,
-                input=info,
-                latency=latency,
-                trace=trace,
-            )
+        return m.decision(
+            intent=intent,
+            intents=intents,
+            conversation_intents=conversation_after(
+                intents, m.turn.previous, rank, route.source == "fallback"
+            ),
+            confidence=c.confidence,
+            ranking=rank,
+            scope=scope,
+            source=route.source,
+            reason_code=route.reason,
+            skills={"required": list(g.required), "optional": list(g.optional)},
+            denied=g.denied,
+            servable=g.servable,
+            message=g.message,
+            requires_confirmation=g.requires_confirmation,
+            context_budget=g.context_budget,
+            threshold=self.thresholds.get(intent, self.threshold),
+            model_id=self.classifier.model_id,
         )
 
-    def _out_of_scope(self, c, scope, source, role, info, latency, trace, previous=None) -> Decision:
-        message = "out of scope: the message needs no skill; reply directly without loading any"
-        return self._skill_free(
-            role, info, ReasonCode.OUT_OF_SCOPE, source, True, message, trace, c, scope, latency, previous
+    def _skill_free(
+        self,
+        m: Message,
+        reason: ReasonCode,
+        source: str,
+        servable: bool,
+        message: str,
+        c: Classification | None = None,
+        scope: dict | None = None,
+    ) -> Decision:
+        """A decision that loads no skill: invalid input, low signal, out of scope, a continuation with no
+        context. It keeps the previous turn's conversation intents, so a continuation after small talk
+        still finds them."""
+        return m.decision(
+            intent=None,
+            conversation_intents=carried_intents(m.turn.previous),
+            confidence=c.confidence if c is not None else None,
+            ranking=ranking(c) if c is not None else [],
+            scope=scope,
+            source=source,
+            reason_code=reason,
+            skills={"required": [], "optional": []},
+            servable=servable,
+            message=message,
+            threshold=self.threshold,
+            model_id=self.classifier.model_id,
         )
+
+    def _out_of_scope(self, m: Message, c: Classification, scope: dict, source: str) -> Decision:
+        message = "out of scope: the message needs no skill; reply directly without loading any"
+        return self._skill_free(m, ReasonCode.OUT_OF_SCOPE, source, True, message, c, scope)
+
+
+def _after_previous(m: Message, signals: list[str]) -> Reading:
+    """For a model without the continuation label: a message out of scope or unsure right after a turn
+    that had an intent may continue it (a follow-up: the verifier, else the previous turn's intents)."""
+    previous = m.turn.previous
+    follow_up = previous is not None and previous.intent is not None
+    return Reading(follow_up=follow_up, out_of_scope=bool(signals) and not follow_up)
+
+
+def _intents(intent: str | None, secondary: str | None) -> tuple[str, ...]:
+    """``intent`` and, for a compound request, a different ``secondary``; () without an intent."""
+    if intent is None:
+        return ()
+    return (intent,) if secondary in (None, intent) else (intent, secondary)
+
+
+def _check_arguments(texts: Sequence[str], role: str, context: str | None) -> None:
+    if context is not None and not isinstance(context, str):
+        raise TypeError(f"context must be the previous message as a str, got {type(context).__name__}")
+    if isinstance(texts, str):
+        raise TypeError("route_batch takes a sequence of strings; use route(text, role) for one message")
+    if not isinstance(role, str):
+        raise TypeError(f"role must be a str, got {type(role).__name__}")

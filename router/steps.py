@@ -7,13 +7,37 @@ constructors a message (docs/speed.md).
 
 from __future__ import annotations
 
-from router.classifier import Classification
+from typing import TYPE_CHECKING
+
+from router.classification import Classification
 from router.intents import OUT_OF_SCOPE, RESERVED
+
+if TYPE_CHECKING:
+    from router.message import Intake
 
 
 def step(stage: str, status: str, detail: dict | None = None, ms: float = 0.0) -> dict:
     """A TraceStep, as the dict the Decision validates."""
     return {"stage": stage, "status": status, "ms": ms, "detail": {} if detail is None else detail}
+
+
+def guardrail_step(intake: Intake) -> dict:
+    """The guardrail's verdict on a message (router.message.admit), with the surrogates it repaired."""
+    if intake.invalid is not None:
+        status, detail = "invalid_input", {"why": intake.invalid}
+    elif intake.low_signal is not None:
+        status, detail = "low_signal", {"why": intake.low_signal}
+    else:
+        status, detail = "pass", {}
+    if intake.repaired:
+        detail["repaired_surrogates"] = intake.repaired
+    return step("guardrail", status, detail)
+
+
+def classifier_step(c: Classification) -> dict:
+    """What the classifier read, before any conversation prior: its top label and the message's tokens."""
+    detail = {"label": c.label, "confidence": round(c.confidence, 6), "tokens": c.num_tokens}
+    return step("classifier", "ok", detail, round(c.tokenize_ms + c.inference_ms, 4))
 
 
 def compound_step(c: Classification) -> dict:

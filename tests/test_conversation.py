@@ -8,7 +8,7 @@ import json
 import pytest
 
 from eval.conversation import conversation_metrics, load_conversations
-from eval.data import DataError
+from eval.data_sources import DataError
 from router.classifier import Classification
 from router.conversation import (
     carried_intents,
@@ -268,7 +268,7 @@ def test_serve_reads_a_message_after_the_previous_turn(tmp_path):
 
 def test_score_reads_each_row_after_its_previous_message(tmp_path):
     pytest.importorskip("pyarrow")
-    from eval.score import ScoreOptions, score_file
+    from router.score import ScoreOptions, score_file
 
     rows = [
         {"text": "the same for the EU cluster", "prev": RESTART},

@@ -105,16 +105,18 @@ def test_percentiles():
     assert percentiles([])["p50_ms"] is None
 
 
-def test_paired_batches_go_through_each_function_in_turn_and_keep_their_times_apart():
-    import time
+def test_paired_batches_go_through_each_function_in_turn_and_keep_their_times_apart(monkeypatch):
+    import eval.latency
 
+    clock = [0.0]  # a clock only the slow function moves: the split of times is exact, whatever the load
+    monkeypatch.setattr(eval.latency.time, "perf_counter", lambda: clock[0])
     calls = []
-    slow = lambda b: (calls.append(("slow", tuple(b))), time.sleep(0.004))  # noqa: E731
+    slow = lambda b: (calls.append(("slow", tuple(b))), clock.__setitem__(0, clock[0] + 0.004))  # noqa: E731
     fast = lambda b: calls.append(("fast", tuple(b)))  # noqa: E731
     n, (slow_s, fast_s) = time_batches_paired([slow, fast], ["a", "b", "c"], batch_size=2)
     assert n == 3
     assert calls == [("slow", ("a", "b")), ("fast", ("a", "b")), ("slow", ("c",)), ("fast", ("c",))]
-    assert slow_s >= 0.008 > fast_s  # each call's time is its own function's
+    assert slow_s == pytest.approx(0.008) and fast_s == 0.0  # each call's time is its own function's
     calls.clear()
     n, seconds = time_batches_paired([slow, fast], ["a", "b", "c"], batch_size=2, min_seconds=0.02)
     assert n == 9 and len(calls) == 12 and sum(seconds) >= 0.02  # whole passes until the sum is reached

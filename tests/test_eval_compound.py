@@ -271,12 +271,12 @@ def test_cli_eval_compound_with_an_old_model(compound_file, tmp_path, monkeypatc
     """``eval --compound FILE`` with a model without a compound head: every message single."""
     from typer.testing import CliRunner
 
-    import training.model
+    import training.backends
     from cli import app
 
     path, rows = compound_file
     stub = _Stub(_rows(TINY / "test.jsonl") + rows, head=False)
-    monkeypatch.setattr(training.model, "load_predictor", lambda *a, **k: stub)
+    monkeypatch.setattr(training.backends, "load_predictor", lambda *a, **k: stub)
     out = tmp_path / "out"
     args = ["eval", "--model", str(tmp_path), "--data", str(TINY / "test.jsonl"), "--compound", str(path)]
     r = CliRunner().invoke(app, [*args, "--out", str(out), "--max-latency-samples", "0"])

@@ -5,7 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from eval.data import DataError, load_labeled, load_unlabeled
+from eval.data import load_labeled, load_unlabeled
+from eval.data_sources import DataError
 from eval.evaluator import run_evaluation
 from eval.gate import write_baseline
 from eval.report import load_report, load_schema, write_report
@@ -191,7 +192,7 @@ def test_backend_detection(tiny_exported, tmp_path):
     import shutil
 
     from router.manifest import ModelError
-    from training.model import load_predictor
+    from training.backends import load_predictor
 
     model_dir, _manifest = tiny_exported
     assert load_predictor(model_dir).backend == "onnx"
@@ -208,7 +209,7 @@ def test_backend_detection(tiny_exported, tmp_path):
 
 @pytest.mark.slow
 def test_bare_checkpoint_uses_its_models_temperature(tiny_exported):
-    from training.model import load_predictor
+    from training.backends import load_predictor
 
     model_dir, manifest = tiny_exported
     p = load_predictor(model_dir / "checkpoint")
@@ -273,7 +274,7 @@ def test_hub_class_labels_become_names(monkeypatch):
         {"text": datasets.Value("string"), "intent": datasets.ClassLabel(names=["SEARCH", "ACTION"])}
     )
     table = datasets.Dataset.from_dict({"text": ["find it", "run it"], "intent": [0, 1]}, features=features)
-    monkeypatch.setattr(data_mod, "_load_table", lambda source, split: (table, "hub", None, None))
+    monkeypatch.setattr(data_mod, "load_table", lambda source, split: (table, "hub", None, None))
     d = load_labeled("org/intents", label_column="intent", split="validation")
     assert (
         d.labels == ["SEARCH", "ACTION"]

@@ -144,7 +144,7 @@ def test_gate_fails_on_an_out_of_scope_regression(tmp_path):
 
 @pytest.mark.slow
 def test_graph_distance_equals_pytorch_distance(tiny_exported):
-    from training.model import IntentModel
+    from training.intent_model import IntentModel
 
     out, manifest = tiny_exported
     texts = ["hello there", "find the vpn guide", "restart the staging cluster", "lol ok", "why did q3 dip"]

@@ -33,7 +33,7 @@ def test_a_matmulnbits_weight_comes_back_as_onnxruntime_computes_it(bits, symmet
     import onnxruntime as ort
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-    from training.recover import graph_tensors
+    from training.graph_weights import graph_tensors
 
     rng = np.random.default_rng(bits + symmetric)
     weight = rng.normal(0, 0.05, (80, 24)).astype(np.float32)
@@ -113,7 +113,7 @@ def test_a_graph_with_int8_activations_is_refused():
     """A rowscaled-int8 graph runs its MatMuls on int8 activations (MatMulInteger, QAttention): no
     trainable body can be read from it, and the reader says so."""
     from router.manifest import ModelError
-    from training.recover import graph_tensors
+    from training.graph_weights import graph_tensors
 
     model = _matmul_graph(np.eye(4, dtype=np.float32))
     model.graph.node[0].op_type = "MatMulInteger"
@@ -156,7 +156,7 @@ def test_the_shipped_model_comes_back_as_the_checkpoint_its_build_would_have_lef
     activations, on text the probe did not see; and the in-scope flag and top label are the same."""
     from router.classifier import Classifier
     from router.manifest import load_manifest
-    from training.model import IntentModel
+    from training.intent_model import IntentModel
     from training.readback import recover_model
     from training.recover import RECOVERY_NOTE
 
@@ -192,8 +192,8 @@ def test_a_graph_whose_head_scale_is_not_the_manifests_temperature_is_refused(tm
     import onnx
 
     from router.manifest import ModelError
+    from training.graph_weights import graph_head
     from training.readback import recover_model
-    from training.recover import graph_head
 
     scale = graph_head(onnx.load(str(SHIPPED / "model.int8.onnx")), "probabilities")[2]
     copy = tmp_path / "model"
@@ -235,7 +235,7 @@ def test_the_head_is_read_as_the_export_writes_it_and_anything_else_is_refused()
     from onnx import TensorProto, helper, numpy_helper
 
     from router.manifest import ModelError
-    from training.recover import graph_head
+    from training.graph_weights import graph_head
 
     rng = np.random.default_rng(0)
     w, b = rng.normal(size=(4, 3)).astype(np.float32), rng.normal(size=3).astype(np.float32)

@@ -15,8 +15,10 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
-from eval.score import score_file  # noqa: E402
-from eval.score_io import ScoreError, ScoreOptions, parts_dir  # noqa: E402
+from eval.score_labels import decisions_metrics  # noqa: E402
+from router.score.options import ScoreError, ScoreOptions, model_labels  # noqa: E402
+from router.score.output import parts_dir  # noqa: E402
+from router.score.run import score_file  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = str(ROOT / "models" / "intent-minilm")
@@ -53,7 +55,8 @@ def test_jsonl_with_labels_to_parquet(tmp_path):
     assert t.column("row").to_pylist() == list(range(300))
     assert t.column("id").to_pylist() == [f"m{i}" for i in range(300)]
     assert set(t.column("source").to_pylist()) <= {"classifier", "fallback", "guardrail"}
-    m = s["metrics"]
+    assert "metrics" not in s  # eval measures the decisions file
+    m = decisions_metrics(out, model_labels(SHIPPED))
     # five intents + OUT_OF_SCOPE (an out_of_scope decision counts as that label)
     assert m["n"] == 300 and m["accuracy"] > 0.9 and len(m["confusion_matrix"]["matrix"]) == 6
     assert 0.9 < m["decided_share"] <= 1 and m["decided_accuracy"] > 0.9
@@ -168,7 +171,7 @@ def test_resume_after_a_kill(tmp_path):
 @pytest.mark.slow
 def test_ray_local_matches_local(tmp_path):
     pytest.importorskip("ray")
-    from eval.score_ray import score_file_ray
+    from router.score.ray_data import score_file_ray
 
     inp = write_jsonl(tmp_path / "in.jsonl", corpus(600))
     local, ray_out = tmp_path / "local.parquet", tmp_path / "ray.parquet"
@@ -181,7 +184,7 @@ def test_ray_local_matches_local(tmp_path):
     assert b.column("row").to_pylist() == list(range(600))
     assert a.column("intent").to_pylist() == b.column("intent").to_pylist()
     assert a.column("id").to_pylist() == b.column("id").to_pylist()
-    assert s["metrics"]["accuracy"] > 0.9
+    assert decisions_metrics(ray_out, model_labels(SHIPPED))["accuracy"] > 0.9
 
 
 def test_cli_score_prints_a_summary(tmp_path):
@@ -203,3 +206,26 @@ def test_cli_score_prints_a_summary(tmp_path):
     assert json.loads(r.stdout.strip().splitlines()[-1])["rows"] == 40
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "exists" in r.stderr
+
+
+def test_cli_score_with_labels_adds_the_metrics(tmp_path):
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    inp = write_jsonl(tmp_path / "in.jsonl", corpus(40))
+    out = tmp_path / "out.jsonl"
+    args = ["score", str(inp), "--out", str(out), "--model", SHIPPED, "--with-labels", "-q"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.output.strip().splitlines()[-1])
+    assert summary["rows"] == 40 and summary["metrics"]["n"] == 40 and summary["metrics"]["accuracy"] > 0.9
+
+
+def test_import_router_score_needs_no_extra():
+    code = (
+        "import sys, router.score\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'pyarrow', 'ray', 'eval', 'training'}))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == "[]"

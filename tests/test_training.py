@@ -98,7 +98,7 @@ def test_every_int8_recipe_keeps_the_outputs_when_the_embedding_output_is_added(
 
 
 def test_onnx_probabilities_match_pytorch(tiny_exported):
-    from training.model import IntentModel
+    from training.intent_model import IntentModel
 
     out, manifest = tiny_exported
     model = IntentModel.load(out / "checkpoint", manifest=manifest)
@@ -117,7 +117,7 @@ def test_onnx_probabilities_match_pytorch(tiny_exported):
 def test_label_order_comes_from_the_head_not_the_data(tmp_path):
     """Rows whose first-seen label order differs from the sorted order the head uses."""
     from training.export import export_model
-    from training.model import IntentModel
+    from training.intent_model import IntentModel
     from training.train import train
 
     rows = [json.loads(l) for l in (TINY / "train.jsonl").read_text().splitlines()]
@@ -254,7 +254,7 @@ def test_a_body_cut_to_some_layers_saves_and_reloads_as_the_smaller_model(tmp_pa
     for bad in ([], [0, 6], [1, 1]):
         with pytest.raises(ValueError, match="distil_layers"):
             keep_layers(cut, bad)
-    from training.model import IntentModel
+    from training.intent_model import IntentModel
 
     with pytest.raises(
         ValueError, match="distil_layers"
@@ -356,7 +356,7 @@ def test_a_narrowed_student_keeps_the_feed_forward_neurons_the_teacher_uses_most
             distil_body(teacher, [0, 2, 4], texts, learning_rate=1e-4, ffn_width=bad, **kw)
     with pytest.raises(ValueError, match="one index set per encoder layer"):
         narrow_ffn(drawn, [torch.arange(8), torch.arange(8)])
-    from training.model import IntentModel
+    from training.intent_model import IntentModel
 
     with pytest.raises(ValueError, match="distil_ffn_width"):  # needs a student
         tiny_config(distil_ffn_width=768)
@@ -419,7 +419,7 @@ def test_a_distilled_student_is_the_body_that_is_saved_and_exported(tmp_path):
     import onnx
 
     from training.export import export_model
-    from training.model import IntentModel
+    from training.intent_model import IntentModel
     from training.train import train
 
     out = tmp_path / "model"
@@ -446,7 +446,7 @@ def test_a_student_of_an_earlier_build_skips_the_contrastive_phase_and_starts_fr
     it, and the manifest says which model it was distilled from."""
     import torch
 
-    from training.model import IntentModel
+    from training.intent_model import IntentModel
     from training.train import train
 
     teacher_dir, teacher_manifest = tiny_trained
@@ -470,8 +470,8 @@ def test_a_student_of_an_earlier_build_skips_the_contrastive_phase_and_starts_fr
 
 
 def test_a_teacher_needs_a_student_and_a_checkpoint_or_a_graph(tmp_path):
+    from training.checkpoints import teacher_body, teacher_checkpoint
     from training.config import TrainConfig
-    from training.model import teacher_body, teacher_checkpoint
 
     with pytest.raises(ValueError, match="distil_layers"):
         TrainConfig(teacher=tmp_path)
@@ -502,7 +502,7 @@ def test_clauses_read_in_context_need_one_graph_run_and_match_pytorch(tmp_path):
     import onnx
 
     from training.export import CLAUSE_READER_FILE, export_model
-    from training.model import IntentModel
+    from training.intent_model import IntentModel
     from training.train import train
 
     out = tmp_path / "model"
@@ -552,7 +552,7 @@ def test_clauses_read_in_context_need_one_graph_run_and_match_pytorch(tmp_path):
 
 
 def test_clause_reader_layers_outside_the_body_fail_before_training():
-    from training.model import IntentModel
+    from training.intent_model import IntentModel
 
     with pytest.raises(ValueError, match="clause_context_layers"):  # a 2-layer student has layers 0..2
         IntentModel(tiny_config(distil_layers=[0, 3], clause_context_layers=[1, 3])).fit(

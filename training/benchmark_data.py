@@ -90,7 +90,8 @@ def read_clinc150(path: str | Path) -> dict[str, Split]:
 
 def _read_banking_csv(f: Path) -> Split:
     """One BANKING77 CSV through the project's data loader (quoted fields may span lines)."""
-    from eval.data import DataError, load_labeled
+    from eval.data import load_labeled
+    from eval.data_sources import DataError
 
     if not f.is_file():
         raise BenchmarkDataError(f"{f}: BANKING77 file not found")

@@ -199,7 +199,7 @@ def recover_body(
     """Read a trainable body back from an exported graph, for a model that ships without its checkpoint:
     quantized weights come back dequantized. A build names the model as 'teacher' and does this itself."""
     from router.routing import default_model_dir
-    from training.model import quiet_libraries
+    from training.libraries import quiet_libraries
     from training.readback import recover_model
     from training.recover import recover_body as recover
 

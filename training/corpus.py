@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eval.data import iter_jsonl
+from eval.data_sources import iter_jsonl
 from router.intents import intents_of, label_problem
 from training.compound_corpus import (
     CompoundRow,

@@ -17,9 +17,10 @@ import numpy as np
 
 from router.manifest import Export, Manifest, ModelError, Variant, file_entry, load_manifest
 from router.model_card import graph_scope_metadata, stamp_graph
+from training.checkpoints import checkpoint_of
 from training.embeddings import add_embeddings
 from training.head import softmax_weights
-from training.model import IntentModel, checkpoint_of
+from training.intent_model import IntentModel
 from training.parity import (  # noqa: F401  (re-exported: the gates live with the parity check)
     MAX_PROB_DIFF,
     PARITY_BATCH,

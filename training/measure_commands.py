@@ -19,7 +19,7 @@ from router.console import (
     say,
     table,
 )
-from training.benchmarks import DEFAULT_IN_SCOPE_FLOOR
+from training.benchmark_seed import DEFAULT_IN_SCOPE_FLOOR
 from training.commands import print_eval_summary
 
 

@@ -41,7 +41,8 @@ class ParityText:
 
 def load_parity_text(files: Sequence[str | Path], label_names: Sequence[str]) -> ParityText:
     """The texts of ``files`` in order; a file whose rows all carry a known label is labelled."""
-    from eval.data import DataError, load_labeled, load_unlabeled
+    from eval.data import load_labeled, load_unlabeled
+    from eval.data_sources import DataError
 
     out = ParityText(texts=[])
     for f in files:

@@ -101,13 +101,13 @@ def evaluate_model(
     verifier=None,
     **options,
 ) -> dict:
-    """Open ``model`` (default: the default model directory) with ``backend`` (training.model.
+    """Open ``model`` (default: the default model directory) with ``backend`` (training.backends.
     load_predictor), run eval's evaluator on ``data`` and, with ``out``, write eval.json, report.md and
     the plots there. ``options`` go to eval.evaluator.run_evaluation (oos, threshold, columns, ...)."""
     from eval.evaluator import run_evaluation
     from eval.report import write_report
     from router.routing import default_model_dir
-    from training.model import load_predictor
+    from training.backends import load_predictor
 
     model = model or default_model_dir()
     predictor = load_predictor(model, backend=backend, variant=variant)
@@ -170,7 +170,8 @@ def _torch_reference(model: Path, workdir: Path, report: Reporter):
     """(name, loader, model id) of ``model``'s SetFit PyTorch predictor for the speed benchmark, or None
     when it has neither a checkpoint nor a graph a model can be read back from (said through ``report``)."""
     from router.manifest import ModelError, load_manifest
-    from training.model import IntentModel, checkpoint_of
+    from training.checkpoints import checkpoint_of
+    from training.intent_model import IntentModel
 
     manifest = load_manifest(model)
     ckpt = checkpoint_of(model, manifest)

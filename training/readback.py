@@ -1,7 +1,7 @@
 """The whole model read back from an exported graph: the checkpoint its build would have left.
 
 training.recover reads the body and the heads' weights out of the graph; this module puts them together as a
-SetFit model with its in-scope distance and compound head (training.model.IntentModel), checks it against the
+SetFit model with its in-scope distance and compound head (training.intent_model.IntentModel), checks it against the
 graph and writes it. A model that ships without its checkpoint can then be run in PyTorch (the SetFit reference
 of ``intent-router bench speed``) and exported again (``intent-router export``: e.g. its fp32 graph, for a CPU
 where int8 does not pay).
@@ -15,16 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from router.manifest import ModelError, verify_file
-from training.recover import (
-    PROBE_TEXTS,
-    Recovered,
-    graph_head,
-    graph_one_vs_rest,
-    graph_scope,
-    recovered_body,
-    recovered_line,
-    write_recovered,
-)
+from training.graph_weights import graph_head, graph_one_vs_rest, graph_scope
+from training.recover import PROBE_TEXTS, Recovered, recovered_body, recovered_line, write_recovered
 
 
 def recover_model(
@@ -37,7 +29,7 @@ def recover_model(
     """Write the exported model in ``model_dir`` to ``out_dir`` as the checkpoint its build would have
     left: the body (``recovered_body``), the logistic head (``graph_head``), and, when the manifest has them,
     the in-scope distance (``graph_scope``) and the compound head (``graph_one_vs_rest``, its settings from
-    the manifest, its clause reader from the model's file). ``training.model.IntentModel.load(out_dir,
+    the manifest, its clause reader from the model's file). ``training.intent_model.IntentModel.load(out_dir,
     manifest)`` then gives the model in PyTorch on a machine that never built it: ``intent-router bench
     speed`` times it as the SetFit reference, and ``intent-router export`` can export it again, e.g. with
     the fp32 graph for a CPU where int8 does not pay.
@@ -48,7 +40,8 @@ def recover_model(
 
     from training.compound_head import CompoundHead
     from training.head import head_from_softmax_weights
-    from training.model import IntentModel, quiet_libraries
+    from training.intent_model import IntentModel
+    from training.libraries import quiet_libraries
     from training.scope import InScopeDistance
 
     quiet_libraries()

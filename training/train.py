@@ -24,8 +24,9 @@ from router.manifest import (
     package_versions,
     sha256_file,
 )
+from training.checkpoints import CHECKPOINT_DIR
 from training.config import TrainConfig
-from training.model import CHECKPOINT_DIR, IntentModel
+from training.intent_model import IntentModel
 
 VERSIONED_PACKAGES = (
     "setfit",

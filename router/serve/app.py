@@ -90,7 +90,7 @@ class State:
         cfg = RouterConfig.load(s.config)
         verifier = None
         if s.verifier_url:
-            from router.llm_verifier import LLMVerifier, VerifierSettings
+            from router.verifier import LLMVerifier, VerifierSettings
 
             vs = VerifierSettings.from_env(
                 base_url=s.verifier_url, model=s.verifier_model, timeout=s.verifier_timeout

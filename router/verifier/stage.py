@@ -4,8 +4,11 @@ intent a message has, with the previous turn when there is one; every failure be
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from router.classifier import Classification
+from router.classification import Classification
+from router.conversation import Context, Turn
 from router.decision import ReasonCode
 from router.intents import OUT_OF_SCOPE
 from router.steps import step
@@ -24,47 +27,43 @@ def check_verifier(verifier, intents: tuple[str, ...]) -> None:
         )
 
 
+@dataclass(frozen=True)
+class Verification:
+    """What the verifier stage concluded: the intent (None when it gave none the router can use), the
+    Decision's source and reason, the second intent of a compound request, the stage's trace step, and
+    the time spent in the verifier (None when there is no verifier)."""
+
+    intent: str | None
+    source: str
+    reason: ReasonCode
+    step: dict
+    secondary: str | None = None
+    ms: float | None = None
+
+
 def verify_stage(
     verifier,
     text: str,
     c: Classification,
-    turn: tuple,
-    trace: list,
-    latency: dict,
-    read_context,
+    turn: Turn,
+    read_context: Callable[[], Context | None],
     intents: tuple[str, ...],
-):
-    """(intent or None, source, reason, secondary intent or None). ``turn`` is (previous Decision, previous
-    message, role); ``read_context()`` gives the conversation's router.conversation.Context, or None,
-    for a verifier that calls the message a same-domain follow-up. An answer outside the model's
+) -> Verification:
+    """Ask ``verifier`` for the intent of ``text``, with the previous turn when there is one.
+    ``read_context()`` gives the conversation (router.conversation.Context), or None, for a verifier that
+    calls the message a same-domain follow-up; it is called only then. An answer outside the model's
     ``intents`` (and out of scope) fails."""
-    previous, context, _ = turn
     if verifier is None:
-        trace.append(step("verifier", "absent"))
-        return None, "fallback", ReasonCode.NO_VERIFIER, None
+        return Verification(None, "fallback", ReasonCode.NO_VERIFIER, step("verifier", "absent"))
     t0 = time.perf_counter()
     try:
         # the previous message goes to the verifier only when there is one: a verifier written before
         # ``context`` existed keeps working
-        extra = {"context": context} if context else {}
-        res = verifier.verify(text, c, previous, **extra)
+        extra = {"context": turn.context} if turn.context else {}
+        res = verifier.verify(text, c, turn.previous, **extra)
     except Exception as e:  # a third-party verifier must not take the router down either
-        ms = round((time.perf_counter() - t0) * 1000, 4)
-        latency["verifier_ms"] = ms
-        if isinstance(e, VerifierError):
-            detail = {"error": str(e), "breaker": e.breaker, "attempts": e.attempts}
-            status = e.status
-        else:
-            detail, status = {"error": f"{type(e).__name__}: {e}"}, "error"
-        trace.append(step("verifier", status, detail, ms))
-        reason = (
-            ReasonCode.VERIFIER_UNAVAILABLE
-            if isinstance(e, VerifierUnavailable)
-            else ReasonCode.VERIFIER_FAILED
-        )
-        return None, "fallback", reason, None
-    ms = (time.perf_counter() - t0) * 1000
-    latency["verifier_ms"] = round(ms, 4)
+        return _failed(e, round((time.perf_counter() - t0) * 1000, 4))
+    ms = round((time.perf_counter() - t0) * 1000, 4)
     ctx = read_context() if res.reason_code == "same_domain_follow_up" else None
     detail = {
         "intent": res.intent,
@@ -74,19 +73,31 @@ def verify_stage(
     }
     if ctx is not None:
         detail["kept_previous"] = ctx.intents[0]
-        trace.append(step("verifier", "accepted", detail, round(ms, 4)))
-        return ctx.intents[0], "verifier", ReasonCode.FOLLOW_UP, ctx.secondary
+        accepted = step("verifier", "accepted", detail, ms)
+        return Verification(ctx.intents[0], "verifier", ReasonCode.FOLLOW_UP, accepted, ctx.secondary, ms)
     if res.intent not in intents and not (
         res.intent == OUT_OF_SCOPE and res.reason_code != "same_domain_follow_up"
     ):
-        detail = {"intent": res.intent, "attempts": res.attempts}
-        trace.append(step("verifier", "invalid_intent", detail, round(ms, 4)))
-        return None, "fallback", ReasonCode.VERIFIER_FAILED, None
+        invalid = step("verifier", "invalid_intent", {"intent": res.intent, "attempts": res.attempts}, ms)
+        return Verification(None, "fallback", ReasonCode.VERIFIER_FAILED, invalid, ms=ms)
     secondary = getattr(res, "secondary", None)
     secondary = secondary if secondary in intents and secondary != res.intent else None
     if secondary:
         detail["secondary"] = secondary
-    trace.append(step("verifier", "accepted", detail, round(ms, 4)))
+    accepted = step("verifier", "accepted", detail, ms)
     if res.intent == OUT_OF_SCOPE:
-        return None, "verifier", ReasonCode.OUT_OF_SCOPE, None
-    return res.intent, "verifier", ReasonCode.VERIFIED, secondary
+        return Verification(None, "verifier", ReasonCode.OUT_OF_SCOPE, accepted, ms=ms)
+    return Verification(res.intent, "verifier", ReasonCode.VERIFIED, accepted, secondary, ms)
+
+
+def _failed(e: Exception, ms: float) -> Verification:
+    """A verifier that raised: its error in the trace, and the fallback."""
+    if isinstance(e, VerifierError):
+        detail = {"error": str(e), "breaker": e.breaker, "attempts": e.attempts}
+        status = e.status
+    else:
+        detail, status = {"error": f"{type(e).__name__}: {e}"}, "error"
+    reason = (
+        ReasonCode.VERIFIER_UNAVAILABLE if isinstance(e, VerifierUnavailable) else ReasonCode.VERIFIER_FAILED
+    )
+    return Verification(None, "fallback", reason, step("verifier", status, detail, ms), ms=ms)

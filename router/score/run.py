@@ -1,7 +1,8 @@
-"""Score a message log: route every row of a JSONL / CSV / TSV / Parquet file, write the decisions.
+"""A scoring run: route every row of a JSONL / CSV / TSV / Parquet file, write the decisions, resume
+after a crash.
 
-The input is streamed and the decisions written by ``eval.score_io``; this module runs the scoring
-loop and makes it resumable.
+The input is streamed by ``router.score.reader`` and the decisions written by ``router.score.output``;
+this module runs the scoring loop and makes it resumable.
 
 Resume: decisions go to ``OUT.parts/part-<first row>-<end row>.parquet``, each written to a temporary
 name, fsynced and renamed, so a part exists whole or not at all. ``_meta.json`` holds the input's
@@ -18,26 +19,14 @@ import hashlib
 import json
 import shutil
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
 
-from eval.score_io import (
-    OUT_FORMATS,
-    ScoreError,
-    ScoreOptions,
-    completed_rows,
-    count_rows,
-    input_format,
-    iter_input,
-    merge_parts,
-    model_labels,
-    output_schema,
-    parts_dir,
-    write_part,
-)
-from router.intents import OUT_OF_SCOPE
+from router.score.options import ScoreError, ScoreOptions
+from router.score.output import OUT_FORMATS, completed_rows, merge_parts, output_schema, parts_dir, write_part
+from router.score.reader import count_rows, input_format, iter_input
 
 META = "_meta.json"
 DONE = "_done.json"
@@ -150,61 +139,10 @@ def prepare(inp: Path, out: Path, opts: ScoreOptions, overwrite: bool) -> tuple[
 
 
 def finish(pdir: Path, out: Path, opts: ScoreOptions) -> dict:
-    """Merge the parts into OUT (atomically), compute label metrics, remove the parts folder."""
-    labels, preds, decided = [], [], []
-    n = merge_parts(pdir, out, opts, lambda t: _collect(t, opts, labels, preds, decided))
-    summary = {"rows": n, "output": str(out)}
-    if opts.with_labels:
-        summary["metrics"] = label_metrics(labels, preds, decided, model_labels(opts.model_dir))
+    """Merge the parts into OUT (atomically) and remove the parts folder."""
+    n = merge_parts(pdir, out, opts)
     shutil.rmtree(pdir)
-    return summary
-
-
-def _collect(t: pa.Table, opts: ScoreOptions, labels, preds, decided) -> None:
-    if not opts.with_labels:
-        return
-    ok = [e is None for e in t.column("error").to_pylist()]
-    for keep, lab, top, intent, reason in zip(
-        ok,
-        t.column("label").to_pylist(),
-        t.column("top_intent").to_pylist(),
-        t.column("intent").to_pylist(),
-        t.column("reason_code").to_pylist(),
-        strict=True,
-    ):
-        if keep:
-            if reason == "out_of_scope":  # no intent: the router's answer is "out of scope"
-                top = intent = OUT_OF_SCOPE
-            labels.append(lab)
-            preds.append(top)
-            decided.append(intent)
-
-
-def label_metrics(
-    labels: list[str], preds: list[str | None], decided: list[str | None], model_labels: Sequence[str]
-) -> dict:
-    """eval.metrics on the classifier's top intent (as `intent-router eval` scores it), plus how the
-    router's final decision fared: the share decided (not fallback or guardrail) and its accuracy."""
-    from eval.metrics import classification_metrics
-    from router.intents import CONTINUATION
-
-    seen = set(labels) | set(preds)
-    # the model's labels, continuations only when present
-    names = [name for name in model_labels if name != CONTINUATION or name in seen]
-    if any(p is None for p in preds):
-        names.append("NONE")  # guardrail rows have no classifier intent
-    idx = {name: i for i, name in enumerate(names)}
-    y = [idx[lab] for lab in labels]
-    yp = [idx[p if p is not None else "NONE"] for p in preds]
-    m = classification_metrics(y, yp, names)
-    n_dec = sum(1 for d in decided if d is not None)
-    m["decided_share"] = round(n_dec / len(labels), 6) if labels else 0.0
-    m["decided_accuracy"] = (
-        round(sum(1 for d, lab in zip(decided, labels, strict=True) if d is not None and d == lab) / n_dec, 6)
-        if n_dec
-        else None
-    )
-    return m
+    return {"rows": n, "output": str(out)}
 
 
 # -------------------------------------------------------------------------------------- run
@@ -225,7 +163,7 @@ def score_file(
     """Route every row of ``inp`` and write decisions to ``out``; resumes an interrupted run.
 
     ``runner`` consumes input batches and hands output tables to its callback (default: one Router in
-    this process; eval.score_ray passes a Ray Data runner). ``max_rows`` stops early (tests, benchmarks)
+    this process; router.score.ray_data passes a Ray Data runner). ``max_rows`` stops early (tests, benchmarks)
     leaving a resumable run."""
     inp, out, opts = Path(inp), Path(out), opts or ScoreOptions()
     pdir, start, done = prepare(inp, out, opts, overwrite)

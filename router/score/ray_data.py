@@ -1,4 +1,4 @@
-"""`intent-router score --ray [ADDRESS]`: the same scoring on Ray Data (extra ``scale``).
+"""`intent-router score --ray`: the same scoring on Ray Data (extra ``scale``).
 
 The driver streams the input in windows (as the local mode does), and each window becomes a Ray
 Dataset whose ``map_batches`` runs over an actor pool: each actor loads one Router (0.1 s) and routes
@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from eval.score import decisions_table, score_file
-from eval.score_io import ScoreOptions, output_schema
+from router.score.options import ScoreOptions
+from router.score.output import output_schema
+from router.score.run import decisions_table, score_file
 
 
 class RouterActor:

@@ -1,95 +1,21 @@
-"""Input and output of `intent-router score`: options, the output columns, streaming readers and part files.
-
-Input is streamed (JSONL line by line, CSV through pyarrow's streaming reader, Parquet by record
-batch), so a file never has to fit in memory; ``eval.data`` loads whole tables and is for labeled
-evaluation sets, not logs. Rows are numbered from 0 in file order (JSONL: non-blank lines).
-
-Decisions are written to ``part-<first row>-<end row>.parquet`` files, each written to a temporary
-name, fsynced and renamed, so a part exists whole or not at all; ``merge_parts`` joins them into the
-output (Parquet or JSONL). The resume logic that uses them is in ``eval.score``.
+"""The input of a scoring run, streamed: JSONL line by line, CSV/TSV through pyarrow's streaming reader,
+Parquet by record batch, so a file never has to fit in memory. Rows are numbered from 0 in file order
+(JSONL: non-blank lines).
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import json
-import os
-import re
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
 
+from router.score.options import ScoreError, ScoreOptions, model_labels
+
 IN_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".tsv": "tsv", ".parquet": "parquet"}
-OUT_FORMATS = {".parquet": "parquet", ".jsonl": "jsonl"}
-PART_RE = re.compile(r"^part-(\d{12})-(\d{12})\.parquet$")
 
 
-class ScoreError(ValueError):
-    """The input or output cannot be used; the message says why and where."""
-
-
-@dataclass
-class ScoreOptions:
-    role: str = "viewer"
-    text_column: str = "text"
-    label_column: str = "label"
-    id_column: str | None = None
-    context_column: str | None = None  # the previous message of a conversation, when the log has it
-    with_labels: bool = False
-    skip_invalid: bool = False  # invalid rows get an 'error' and no decision, instead of stopping the run
-    keep_text: bool = False
-    model_dir: str | None = None
-    config: str | None = None
-    threshold: float | None = None
-    chunk_rows: int = 2048  # rows per part file (and per route_batch call locally)
-
-    def fingerprint(self) -> dict:
-        d = asdict(self)
-        d.pop("chunk_rows")  # changing the chunk size does not change any decision
-        d.pop("skip_invalid")
-        return d
-
-
-@functools.lru_cache(maxsize=8)
-def model_labels(model_dir: str | None) -> tuple[str, ...]:
-    """The labels of the model that scores (its manifest's)."""
-    from router.manifest import load_manifest
-    from router.routing import default_model_dir
-
-    return tuple(load_manifest(model_dir or default_model_dir()).labels)
-
-
-# ----------------------------------------------------------------------------------- schema
-def output_schema(opts: ScoreOptions) -> pa.Schema:
-    fields = [pa.field("row", pa.int64())]
-    if opts.id_column:
-        fields.append(pa.field("id", pa.string()))
-    if opts.keep_text:
-        fields.append(pa.field("text", pa.string()))
-    if opts.with_labels:
-        fields.append(pa.field("label", pa.string()))
-    strings = pa.list_(pa.string())
-    fields += [
-        pa.field("intent", pa.string()),
-        pa.field("intents", strings),
-        pa.field("top_intent", pa.string()),
-        pa.field("confidence", pa.float64()),
-        pa.field("source", pa.string()),
-        pa.field("reason_code", pa.string()),
-        pa.field("skills_required", strings),
-        pa.field("skills_optional", strings),
-        pa.field("denied", strings),
-        pa.field("denied_required", strings),
-        pa.field("servable", pa.bool_()),
-        pa.field("error", pa.string()),
-    ]
-    return pa.schema(fields)
-
-
-# ----------------------------------------------------------------------------------- reading
 def input_format(path: Path) -> str:
     fmt = IN_FORMATS.get(path.suffix.lower())
     if fmt is None:
@@ -285,76 +211,3 @@ def count_rows(path: Path) -> int | None:
         with open(path, "rb") as f:
             return sum(1 for line in f if line.strip())
     return None  # CSV rows can span lines; the bar shows a count without a total
-
-
-# ------------------------------------------------------------------------------------ parts
-def parts_dir(out: Path) -> Path:
-    return out.with_name(out.name + ".parts")
-
-
-def completed_rows(pdir: Path) -> int:
-    """Rows 0..n-1 are in complete parts; leftovers of an interrupted write are removed."""
-    spans = []
-    for p in pdir.iterdir():
-        if p.name.endswith(".tmp"):
-            p.unlink()
-            continue
-        m = PART_RE.match(p.name)
-        if m:
-            spans.append((int(m.group(1)), int(m.group(2)), p))
-    n = 0
-    for a, b, p in sorted(spans):
-        if a == n:
-            n = b
-        else:  # not contiguous (cannot happen with one writer): drop it, its rows are scored again
-            p.unlink()
-    return n
-
-
-def write_part(pdir: Path, table: pa.Table) -> Path:
-    import pyarrow.parquet as pq
-
-    first, last = table.column("row")[0].as_py(), table.column("row")[-1].as_py()
-    final = pdir / f"part-{first:012d}-{last + 1:012d}.parquet"
-    tmp = final.with_name(final.name + ".tmp")
-    pq.write_table(table, tmp)
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, final)
-    with contextlib.suppress(OSError):  # make the rename durable too
-        fd = os.open(pdir, os.O_RDONLY)
-        os.fsync(fd)
-        os.close(fd)
-    return final
-
-
-def _parts(pdir: Path) -> list[Path]:
-    return sorted(p for p in pdir.iterdir() if PART_RE.match(p.name))
-
-
-def merge_parts(pdir: Path, out: Path, opts: ScoreOptions, on_table: Callable[[pa.Table], None]) -> int:
-    """Write the parts of ``pdir`` in row order to ``out`` (Parquet or JSONL, by its suffix) through a
-    temporary name and an atomic rename; ``on_table`` sees each part's table. Returns the row count."""
-    import pyarrow.parquet as pq
-
-    parts = _parts(pdir)
-    tmp = out.with_name(out.name + ".tmp")
-    schema = output_schema(opts)
-    n = 0
-    if out.suffix.lower() == ".parquet":
-        with pq.ParquetWriter(tmp, schema) as w:
-            for p in parts:
-                t = pq.read_table(p)
-                w.write_table(t)
-                n += t.num_rows
-                on_table(t)
-    else:
-        with open(tmp, "w", encoding="utf-8") as f:
-            for p in parts:
-                t = pq.read_table(p)
-                n += t.num_rows
-                on_table(t)
-                for rec in t.to_pylist():
-                    f.write(json.dumps(rec, ensure_ascii=False) + "\n")
-    os.replace(tmp, out)
-    return n

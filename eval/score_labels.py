@@ -1,0 +1,70 @@
+"""Accuracy of a scored log: the metrics `intent-router score --with-labels` prints.
+
+``router.score`` writes each row's label beside its decision; this module reads that decisions file
+back (Parquet or JSONL) and scores it as ``intent-router eval`` scores a model, so the runtime scoring
+code needs nothing from eval.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from router.intents import CONTINUATION, OUT_OF_SCOPE
+
+COLUMNS = ["label", "top_intent", "intent", "reason_code", "error"]
+
+
+def decisions_metrics(decisions: str | Path, model_labels: Sequence[str]) -> dict:
+    """Label metrics of a decisions file written with --with-labels; rows with an 'error' are left out."""
+    labels, preds, decided = [], [], []
+    for lab, top, intent, reason, error in _rows(Path(decisions)):
+        if error is not None:
+            continue
+        if reason == "out_of_scope":  # no intent: the router's answer is "out of scope"
+            top = intent = OUT_OF_SCOPE
+        labels.append(lab)
+        preds.append(top)
+        decided.append(intent)
+    return label_metrics(labels, preds, decided, model_labels)
+
+
+def _rows(path: Path) -> Iterator[tuple]:
+    if path.suffix.lower() == ".parquet":
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(path, columns=COLUMNS)
+        yield from zip(*(table.column(c).to_pylist() for c in COLUMNS), strict=True)
+        return
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                rec = json.loads(line)
+                yield tuple(rec[c] for c in COLUMNS)
+
+
+def label_metrics(
+    labels: list[str], preds: list[str | None], decided: list[str | None], model_labels: Sequence[str]
+) -> dict:
+    """eval.metrics on the classifier's top intent (as `intent-router eval` scores it), plus how the
+    router's final decision fared: the share decided (not fallback or guardrail) and its accuracy."""
+    from eval.metrics import classification_metrics
+
+    seen = set(labels) | set(preds)
+    # the model's labels, continuations only when present
+    names = [name for name in model_labels if name != CONTINUATION or name in seen]
+    if any(p is None for p in preds):
+        names.append("NONE")  # guardrail rows have no classifier intent
+    idx = {name: i for i, name in enumerate(names)}
+    y = [idx[lab] for lab in labels]
+    yp = [idx[p if p is not None else "NONE"] for p in preds]
+    m = classification_metrics(y, yp, names)
+    n_dec = sum(1 for d in decided if d is not None)
+    m["decided_share"] = round(n_dec / len(labels), 6) if labels else 0.0
+    m["decided_accuracy"] = (
+        round(sum(1 for d, lab in zip(decided, labels, strict=True) if d is not None and d == lab) / n_dec, 6)
+        if n_dec
+        else None
+    )
+    return m
