@@ -32,6 +32,7 @@ from router.conversation import (
     with_prior,
 )
 from router.decision import Decision, ReasonCode
+from router.decision_log import DecisionLog, config_hash
 from router.examples import ExampleIntents
 from router.grants import SkillGrants
 from router.intents import RESERVED, intents_of
@@ -98,8 +99,10 @@ class Router:
         config: RouterConfig | None = None,
         verifier: Verifier | None = None,
         threshold: float | None = None,
+        decision_log: DecisionLog | None = None,
     ) -> None:
         self.classifier = classifier
+        self.decision_log = decision_log  # every top-level routed message is recorded there (opt-in)
         self.config = config or RouterConfig.load()
         self.threshold = validate_threshold(threshold if threshold is not None else self.config.threshold)
         # an intent's own threshold (config ``thresholds``), unless the caller set one for all
@@ -116,6 +119,7 @@ class Router:
         self._grants = SkillGrants(self.config)
         self.conversational = knows_continuations(classifier.labels)
         self.context_weight = context_weight(classifier.label_counts)
+        self.config_sha = config_hash(self.config)  # which config routed a logged message
 
     @classmethod
     def load(
@@ -126,10 +130,11 @@ class Router:
         threshold: float | None = None,
         variant: str | None = None,
         intra_op_threads: int | None = None,
+        decision_log: DecisionLog | None = None,
     ) -> Router:
         cfg = config if isinstance(config, RouterConfig) else RouterConfig.load(config)
         clf = Classifier(model_dir or default_model_dir(), variant=variant, intra_op_threads=intra_op_threads)
-        return cls(clf, cfg, verifier=verifier, threshold=threshold)
+        return cls(clf, cfg, verifier=verifier, threshold=threshold, decision_log=decision_log)
 
     # ------------------------------------------------------------------------------------ route
     def route(
@@ -148,7 +153,16 @@ class Router:
         context: str | None = None,
     ) -> list[Decision]:
         """Route many messages, each read after the same previous turn when one is given; the classifier
-        runs once over all that pass the guardrail (router.message)."""
+        runs once over all that pass the guardrail (router.message). With a decision log, each message and
+        its Decision are recorded (router.decision_log)."""
+        decisions = self._route_batch(texts, role, previous, context)
+        if self.decision_log is not None:
+            for text, d in zip(texts, decisions, strict=True):
+                message = text if isinstance(text, str) else ""
+                self.decision_log.write(d, message, self.config_sha, previous_message=context)
+        return decisions
+
+    def _route_batch(self, texts, role, previous=None, context=None) -> list[Decision]:
         _check_arguments(texts, role, context)
         t0 = time.perf_counter()
         admitted = classify_admitted(self.classifier, [admit(t, self.config.max_chars) for t in texts])
@@ -268,7 +282,7 @@ class Router:
         """The conversation a continuation is read in (router.conversation.resolve_context); a previous
         message given without its Decision is routed here, with the same role."""
         return resolve_context(
-            m.turn.previous, m.turn.context, lambda text: list(self.route(text, m.role).intents)
+            m.turn.previous, m.turn.context, lambda text: list(self._route_batch([text], m.role)[0].intents)
         )
 
     def _continuation(

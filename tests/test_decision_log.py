@@ -129,3 +129,25 @@ def test_a_killed_writer_loses_at_most_the_record_it_was_writing(tmp_path):
     assert len(records) >= acknowledged  # nothing reported as written is lost
     assert all(r["decision"]["intent"] == r["intent"] for r in records)
     assert len(list(tmp_path.glob("decisions-*.jsonl"))) > 1  # it rotated on the way
+
+
+def test_a_router_with_a_log_records_each_message_it_routes_once(tmp_path):
+    from router import Router
+
+    with DecisionLog(tmp_path) as log:
+        router = Router.load(SHIPPED, decision_log=log)
+        router.route_batch(["find the travel policy", "thanks!", ""], role="viewer")
+        # the previous message of a continuation is routed too, but only the message asked about is logged
+        d = router.route(
+            "the same for the EU cluster", role="admin", context="restart the indexer in us-east"
+        )
+    records = list(read_log(tmp_path))
+    assert [r["message"] for r in records] == [
+        "find the travel policy",
+        "thanks!",
+        "",
+        "the same for the EU cluster",
+    ]
+    assert records[-1]["previous_message"] == "restart the indexer in us-east"
+    assert records[-1]["intent"] == d.intent and records[-1]["config_sha"] == router.config_sha
+    assert {r["reason_code"] for r in records[:3]} == {"confident", "out_of_scope", "low_signal"}
