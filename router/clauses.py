@@ -55,7 +55,7 @@ _ALTERNATIVES = "|".join(
 )
 # Every alternative starts at whitespace, at one of ,;?!. or at the first letter of a word that opens a
 # joiner. The lookahead rejects every other position in one step, where the engine would try each
-# alternative there in turn: split_clauses runs about 1.4x faster and splits the same (tests/test_compound.py).
+# alternative there in turn: split_clauses runs about 1.4x faster and splits the same (tests/test_clauses.py).
 _OPENERS = "".join(sorted({j[0] for j in (*_JOINERS, *_SUBJECT_JOINERS)}))
 _CAN_START = r"(?=[\s,;?!.]|(?<!\w)[" + _OPENERS + "])"
 _SPLIT = re.compile(_CAN_START + "(?:" + _ALTERNATIVES + ")", re.IGNORECASE)
