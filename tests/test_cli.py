@@ -4,7 +4,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, SHIPPED
 
 runner = CliRunner()
 
@@ -63,7 +63,7 @@ def test_train_rejects_bad_config(tmp_path):
     assert res.exit_code == 1 and "invalid JSON" in res.output
 
 
-SHIPPED_MODEL = ["--model", str(FIXTURES.parent.parent / "models" / "intent-minilm")]
+SHIPPED_MODEL = ["--model", str(SHIPPED)]  # as committed (tests/shipped_models.py)
 
 
 def _one_error_line(res, *needles):

@@ -11,7 +11,7 @@ import pytest
 from router.config import RouterConfig
 from router.examples import MIN_EXAMPLES, REFERENCE_QUANTILE, fit_example_intent
 from router.routing import Router
-from tests.conftest import SHIPPED
+from tests.conftest import ROOT, SHIPPED
 
 TRANSLATE = [
     "translate this paragraph into German please",
@@ -124,6 +124,6 @@ def test_the_next_build_trains_it_as_a_class(tmp_path):
     import yaml
 
     config.write_text(yaml.safe_dump(json.loads(with_translate().model_dump_json())))
-    rows = _with_example_intents(load_labeled(SHIPPED.parent.parent / "data" / "dev.jsonl"), config, print)
+    rows = _with_example_intents(load_labeled(ROOT / "data" / "dev.jsonl"), config, print)
     added = [t for t, label in zip(rows.texts, rows.labels, strict=True) if label == "TRANSLATE"]
     assert added == TRANSLATE

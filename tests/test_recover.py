@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from tests.conftest import FAST, SHIPPED, tiny_config
+from tests.conftest import FAST, ROOT, SHIPPED, tiny_config
 
 
 def _matmul_graph(weight: np.ndarray):
@@ -171,7 +171,7 @@ def test_the_shipped_model_comes_back_as_the_checkpoint_its_build_would_have_lef
     model = IntentModel.load(tmp_path / "checkpoint", manifest=manifest)
     assert model.labels == list(manifest.labels) and model.temperature == manifest.calibration.temperature
     assert model.scope is not None and model.compound is not None
-    texts = [json.loads(line)["text"] for line in (SHIPPED.parent.parent / "data" / "dev.jsonl").open()][:60]
+    texts = [json.loads(line)["text"] for line in (ROOT / "data" / "dev.jsonl").open()][:60]
     texts += ["hey there, how's your day going?", "find the q3 deck and email it to maria"]
     ours, distance = model.predict_with_distance(texts)
     router = Classifier(SHIPPED)
@@ -283,7 +283,7 @@ def test_the_shipped_model_read_back_exports_to_the_same_int8_graph_and_an_fp32_
     copy = tmp_path / "model"
     shutil.copytree(SHIPPED, copy, ignore=shutil.ignore_patterns("checkpoint", "model.fp32.onnx"))
     recover_model(copy, copy / "checkpoint", report=lambda _: None)
-    texts = [json.loads(line)["text"] for line in (SHIPPED.parent.parent / "data" / "test.jsonl").open()][:48]
+    texts = [json.loads(line)["text"] for line in (ROOT / "data" / "test.jsonl").open()][:48]
     recipe = "fused-nbits8-b32-fp32emb"
     manifest = export_model(copy, parity_texts=texts, recipes=(recipe,), report=lambda _: None)
     assert manifest.export.variants["int8"].recipe == recipe

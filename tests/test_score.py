@@ -19,9 +19,10 @@ from eval.score_labels import decisions_metrics  # noqa: E402
 from router.score.options import ScoreError, ScoreOptions, model_labels  # noqa: E402
 from router.score.output import parts_dir  # noqa: E402
 from router.score.run import score_file  # noqa: E402
+from tests.conftest import SHIPPED as SHIPPED_DIR  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-SHIPPED = str(ROOT / "models" / "intent-minilm")
+SHIPPED = str(SHIPPED_DIR)  # as committed (tests/shipped_models.py)
 
 
 def corpus(n: int) -> list[dict]:
