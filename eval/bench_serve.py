@@ -10,6 +10,11 @@ beside the server on a 2-core machine). Reports:
   from the scheduled send time, so a stalled server cannot hide its queue), and ``max_rate_p99_20ms``;
 - ``closed_loop_32``: throughput and latency with 32 clients sending back to back;
 - ``faults``: 1,000 malformed requests -> status counts (must be 4xx only), and a valid request after.
+
+Every answer is counted by its HTTP status, or by the exception's type name when the connection failed
+(``ConnectionClosed``: the server closed a keep-alive connection without answering); each phase's counts
+are printed to stderr and kept in the JSON (``statuses``; ``statuses`` at the top level sums the load
+phases). The server's output goes to ``server_log``.
 """
 
 from __future__ import annotations
@@ -40,6 +45,18 @@ def _pct(xs: list[float]) -> dict:
     }
 
 
+class ConnectionClosed(ConnectionError):
+    """The server closed a keep-alive connection without answering the request sent on it."""
+
+
+def count(statuses: dict[str, int], status: int | str) -> None:
+    statuses[str(status)] = statuses.get(str(status), 0) + 1
+
+
+def _sorted(statuses: dict[str, int]) -> dict[str, int]:
+    return dict(sorted(statuses.items()))
+
+
 class Conn:
     def __init__(self, port: int) -> None:
         self.port = port
@@ -48,9 +65,17 @@ class Conn:
     async def open(self) -> None:
         self.r, self.w = await asyncio.open_connection("127.0.0.1", self.port)
 
-    async def request(self, body: bytes, headers: dict[str, str] | None = None, path: str = "/v1/route"):
-        if self.w is None:
-            await self.open()
+    async def request(
+        self, body: bytes, headers: dict[str, str] | None = None, path: str = "/v1/route"
+    ) -> tuple[int | str, bytes]:
+        """(HTTP status, body), or (the exception's type name, b"") when the connection failed."""
+        if self.r is not None and self.r.at_eof():  # the server closed it while idle: never reuse it
+            self.close()
+        try:
+            if self.w is None:
+                await self.open()
+        except OSError as e:
+            return type(e).__name__, b""
         h = {"Host": "127.0.0.1", "Content-Type": "application/json", "Content-Length": str(len(body))}
         h.update(headers if headers is not None else {"X-API-Key": KEY})
         head = f"POST {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in h.items()) + "\r\n"
@@ -59,7 +84,7 @@ class Conn:
             await self.w.drain()
             status_line = await self.r.readline()
             if not status_line:
-                raise ConnectionError("closed")
+                raise ConnectionClosed("the server closed the connection before answering")
             status = int(status_line.split()[1])
             length, close = 0, False
             while True:
@@ -73,9 +98,9 @@ class Conn:
                 elif k == "connection" and "close" in v.lower():
                     close = True
             data = await self.r.readexactly(length)
-        except (ConnectionError, asyncio.IncompleteReadError, OSError):
+        except (ConnectionError, asyncio.IncompleteReadError, OSError, ValueError, IndexError) as e:
             self.close()
-            return 0, b""
+            return type(e).__name__, b""
         if close:
             self.close()
         return status, data
@@ -109,17 +134,15 @@ async def paired(port: int, router, msgs: list[str], n: int) -> tuple[list[float
 async def open_loop(port: int, msgs: list[str], rate: float, seconds: float) -> dict:
     idle: list[Conn] = []
     lat: list[float] = []
-    errors = 0
+    statuses: dict[str, int] = {}
     n = int(rate * seconds)
     start = time.perf_counter() + 0.05
 
     async def one(i: int, at: float) -> None:
-        nonlocal errors
         c = idle.pop() if idle else Conn(port)
         s, _ = await c.request(_body(msgs[i % len(msgs)]))
         lat.append(time.perf_counter() - at)
-        if s != 200:
-            errors += 1
+        count(statuses, s)
         idle.append(c)
 
     tasks = []
@@ -133,22 +156,29 @@ async def open_loop(port: int, msgs: list[str], rate: float, seconds: float) -> 
     wall = time.perf_counter() - start
     for c in idle:
         c.close()
-    return {"rate": rate, "sent": n, "errors": errors, "achieved_rps": round(n / wall, 1), **_pct(lat)}
+    errors = n - statuses.get("200", 0)
+    return {
+        "rate": rate,
+        "sent": n,
+        "errors": errors,
+        "statuses": _sorted(statuses),
+        "achieved_rps": round(n / wall, 1),
+        **_pct(lat),
+    }
 
 
 async def closed_loop(port: int, msgs: list[str], clients: int, seconds: float) -> dict:
     lat: list[float] = []
     end = time.perf_counter() + seconds
-    errors = 0
+    statuses: dict[str, int] = {}
 
     async def worker(k: int) -> None:
-        nonlocal errors
         c, i = Conn(port), k
         while time.perf_counter() < end:
             t0 = time.perf_counter()
             s, _ = await c.request(_body(msgs[i % len(msgs)]))
             lat.append(time.perf_counter() - t0)
-            errors += s != 200
+            count(statuses, s)
             i += clients
         c.close()
 
@@ -158,7 +188,8 @@ async def closed_loop(port: int, msgs: list[str], clients: int, seconds: float) 
     return {
         "clients": clients,
         "requests": len(lat),
-        "errors": errors,
+        "errors": len(lat) - statuses.get("200", 0),
+        "statuses": _sorted(statuses),
         "rps": round(len(lat) / wall, 1),
         **_pct(lat),
     }
@@ -196,21 +227,23 @@ async def faults(port: int, msgs: list[str], n: int = 1000) -> dict:
     for i in range(n):
         body, headers = malformed(i, msgs)
         s, _ = await c.request(body, headers)
-        statuses[str(s)] = statuses.get(str(s), 0) + 1
+        count(statuses, s)
     ok, _ = await Conn(port).request(_body("where is the travel policy"))
     return {
         "sent": n,
         "statuses": dict(sorted(statuses.items())),
-        "only_4xx": all(400 <= int(s) < 500 for s in statuses),
+        "only_4xx": all(s.isdigit() and 400 <= int(s) < 500 for s in statuses),
         "valid_after": ok,
     }
 
 
-def start_server(port: int, keyfile: Path, extra: list[str]) -> subprocess.Popen:
+def start_server(port: int, keyfile: Path, extra: list[str], log: Path) -> subprocess.Popen:
+    """The server, its output (warnings and errors) written to ``log``."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     cmd = [sys.executable, "-m", "cli", "serve", "--port", str(port), "--key-file", str(keyfile)]
     cmd += ["--log-level", "warning", *extra]
-    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with log.open("wb") as fh:
+        p = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT)
     import httpx
 
     for _ in range(400):
@@ -221,7 +254,7 @@ def start_server(port: int, keyfile: Path, extra: list[str]) -> subprocess.Popen
             pass
         time.sleep(0.05)
     p.kill()
-    raise RuntimeError("server did not become ready")
+    raise RuntimeError(f"server did not become ready; its output: {log}")
 
 
 def load_router():
@@ -255,9 +288,10 @@ def run_bench_serve(
     port = s.getsockname()[1]
     s.close()
     extra = list(server_args or [])
-    out: dict = {"server_args": extra, "load_avg_before": os.getloadavg()}
+    log = tmp / "serve.log"
+    out: dict = {"server_args": extra, "load_avg_before": os.getloadavg(), "server_log": str(log)}
     router = load_router()
-    proc = start_server(port, kf, extra)
+    proc = start_server(port, kf, extra, log)
     try:
         local, seq = asyncio.run(paired(port, router, msgs, sequential))
         out["in_process"] = _pct(local)
@@ -267,17 +301,34 @@ def run_bench_serve(
         for rate in rates:
             r = asyncio.run(open_loop(port, msgs, rate, seconds))
             out["open_loop"].append(r)
-            print(json.dumps(r), file=sys.stderr)
+            _print_statuses(f"open loop {rate:g}/s", r["statuses"], f"p50 {r['p50']} p99 {r['p99']} ms")
             if r["p99"] > 100:  # far past the goal: higher rates only queue up
                 break
         held = [r["rate"] for r in out["open_loop"] if r["p99"] <= 20 and r["errors"] == 0]
         out["max_rate_p99_20ms"] = max(held) if held else None
-        out["closed_loop_32"] = asyncio.run(closed_loop(port, msgs, 32, seconds))
+        c = out["closed_loop_32"] = asyncio.run(closed_loop(port, msgs, 32, seconds))
+        _print_statuses("closed loop, 32 clients", c["statuses"], f"{c['rps']} requests/s")
         if with_faults:
-            out["faults"] = asyncio.run(faults(port, msgs))
+            f = out["faults"] = asyncio.run(faults(port, msgs))
+            _print_statuses("faults", f["statuses"], f"valid request after: {f['valid_after']}")
         out["server_alive"] = proc.poll() is None
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
+    out["statuses"] = _total(out)
     out["load_avg_after"] = os.getloadavg()
     return out
+
+
+def _print_statuses(phase: str, statuses: dict[str, int], note: str) -> None:
+    counts = ", ".join(f"{k}: {v}" for k, v in statuses.items())
+    print(f"{phase}: {counts} ({note})", file=sys.stderr)
+
+
+def _total(out: dict) -> dict[str, int]:
+    """Every answer of the load phases (open and closed loop) by status code or connection error."""
+    total: dict[str, int] = {}
+    for r in [*out.get("open_loop", []), out.get("closed_loop_32", {})]:
+        for k, v in r.get("statuses", {}).items():
+            total[k] = total.get(k, 0) + v
+    return _sorted(total)

@@ -86,18 +86,33 @@ def serve(
     verifier_model: VerifierModel = None,
     verifier_timeout: Annotated[float | None, Opt(help="Seconds per verifier HTTP request.")] = None,
     graceful_timeout: float = Opt(30.0, help="Seconds to finish requests in flight on shutdown."),
+    keep_alive_timeout: float = Opt(
+        75.0,
+        help="Seconds an idle keep-alive connection stays open; keep it above your clients' and proxies'.",
+    ),
+    workers: int = Opt(1, help="Server processes, each with its own model; N > 1: N processes on one port."),
+    decision_log: Annotated[
+        Path | None, Opt(help="Record every routed message and its decision in this directory.")
+    ] = None,
+    decision_log_format: str = Opt("jsonl", help="Decision log files: jsonl or parquet (extra 'scale')."),
+    decision_log_redact: Annotated[
+        str | None, Opt(help="module:function applied to every message before it is logged.")
+    ] = None,
     load_delay: float = Opt(0.0, hidden=True, help="Wait before loading the model (tests)."),
     log_level: str = Opt("info"),
 ) -> None:
-    """Serve the router over HTTP (extra 'serve'): POST /v1/route, /healthz, /readyz, /metrics."""
+    """Serve the router over HTTP (extra 'serve'): POST /v1/route, POST /admin/reload, /healthz, /readyz,
+    /metrics; SIGHUP reloads the model and config."""
     settings = {**locals(), "ort_threads": ort_threads or None}
     from router.serve import ServeSettings
-    from router.serve.app import run
+    from router.serve.workers import run
 
     try:
-        run(ServeSettings(**settings))
-    except ValueError as e:  # configuration: bad key file, address or limits
+        code = run(ServeSettings(**settings))
+    except ValueError as e:  # configuration: bad key file, address, limits or decision log
         raise fail(str(e), code=2) from None
+    if code:
+        raise typer.Exit(code)
 
 
 def route_command(read_messages: MessageReader) -> Callable[..., None]:

@@ -14,13 +14,13 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.conftest import SHIPPED
 from tests.openai_server import OpenAIServer, Reply
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
 ROOT = Path(__file__).resolve().parent.parent
-SHIPPED = ROOT / "models" / "intent-minilm"
 
 
 def free_port() -> int:
@@ -32,20 +32,16 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, *args: str, wait_ready: bool = True, tmp: Path | None = None) -> None:
+    """``intent-router serve`` in its own process on a free loopback port, its output in a log file."""
+
+    def __init__(
+        self, *args: str, wait_ready: bool = True, tmp: Path | None = None, model: Path = SHIPPED
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = (tmp or Path("/tmp")) / f"serve-{self.port}.log"
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "INTENT_ROUTER_THREADS": "1"}
-        cmd = [
-            sys.executable,
-            str(ROOT / "cli.py"),
-            "serve",
-            "--port",
-            str(self.port),
-            "--model",
-            str(SHIPPED),
-        ]
+        cmd = [sys.executable, str(ROOT / "cli.py"), "serve", "--port", str(self.port), "--model", str(model)]
         self._log = open(self.log, "w")  # noqa: SIM115  (closed in stop())
         self.proc = subprocess.Popen(
             [*cmd, *args], cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT
@@ -320,17 +316,20 @@ def test_metrics_contents(server):
     m = server.client.get("/metrics")
     assert m.status_code == 200 and m.headers["content-type"].startswith("text/plain")
     text = m.text
+    model = f'model="{server.client.get("/healthz").json()["model_id"]}"'
     for needle in [
-        'intent_router_requests_total{path="/v1/route",status="200"}',
-        'intent_router_requests_total{path="/v1/route",status="400"}',
-        'intent_router_request_seconds_bucket{le="0.005",path="/v1/route"}',
-        'intent_router_decisions_total{reason_code="confident",source="classifier"}',
-        'intent_router_decisions_total{reason_code="low_signal",source="guardrail"}',
-        'intent_router_stage_seconds_bucket{le="0.01",stage="inference"}',
-        'intent_router_stage_seconds_count{stage="tokenize"}',
-        'intent_router_stage_seconds_count{stage="route"}',
+        f'intent_router_requests_total{{{model},path="/v1/route",status="200"}}',
+        f'intent_router_requests_total{{{model},path="/v1/route",status="400"}}',
+        f'intent_router_request_seconds_bucket{{le="0.005",{model},path="/v1/route"}}',
+        f'intent_router_decisions_total{{{model},reason_code="confident",source="classifier"}}',
+        f'intent_router_decisions_total{{{model},reason_code="low_signal",source="guardrail"}}',
+        f'intent_router_stage_seconds_bucket{{le="0.01",{model},stage="inference"}}',
+        f'intent_router_stage_seconds_count{{{model},stage="tokenize"}}',
+        f'intent_router_stage_seconds_count{{{model},stage="route"}}',
+        f"intent_router_messages_total{{{model}}}",
+        f"intent_router_batch_messages_count{{{model}}}",
+        f"intent_router_model{{{model}}} 1.0",
         'intent_router_verifier_breaker_state{state="none"} 1.0',
-        "intent_router_messages_total",
         "intent_router_requests_in_flight",
         "intent_router_ready 1.0",
     ]:

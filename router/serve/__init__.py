@@ -1,6 +1,7 @@
 """HTTP service for the router (extra ``serve``: FastAPI, uvicorn, prometheus-client).
 
-``create_app(ServeSettings(...))`` builds the ASGI app; ``run(settings)`` serves it with uvicorn.
+``create_app(ServeSettings(...))`` builds the ASGI app; ``run(settings)`` serves it with uvicorn, in this
+process or in ``settings.workers`` worker processes (router.serve.workers).
 Nothing here is imported by ``import router``: the runtime install stays without FastAPI.
 """
 
@@ -15,7 +16,7 @@ def __getattr__(name):
 
         return create_app
     if name == "run":
-        from router.serve.app import run
+        from router.serve.workers import run
 
         return run
     raise AttributeError(name)

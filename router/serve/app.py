@@ -1,36 +1,44 @@
-"""The FastAPI app: POST /v1/route, GET /healthz, /readyz, /metrics, and the OpenAPI document.
+"""The FastAPI app: POST /v1/route, POST /admin/reload, GET /healthz, /readyz, /metrics, and the OpenAPI
+document.
 
-One Router per process, loaded in the background at start-up (``/readyz`` is 503 until it is loaded
-and has routed a canary message). ``route_batch`` runs in worker threads, never on the event loop, so
-a slow verifier call does not hold up other requests.
+One Router per process (router.serve.state), loaded in the background at start-up (``/readyz`` is 503
+until it is loaded and has routed a canary message) and reloaded on SIGHUP or an admin request without
+dropping a request. ``route_batch`` runs in worker threads (router.serve.engine), never on the event
+loop, so a slow verifier call does not hold up other requests.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import logging
+import os
+import signal
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from router.decision import Decision
-from router.serve.auth import KeyStore, Principal, key_from_headers
-from router.serve.metrics import Metrics
-from router.serve.models import ErrorResponse, PreviousTurn, RouteRequest, RouteResponse, openapi_with_intents
+from router.serve.auth import Principal, key_from_headers
+from router.serve.metrics import MODEL_SCOPE_KEY, MetricsMiddleware
+from router.serve.models import (
+    ErrorResponse,
+    ReloadRequest,
+    ReloadResponse,
+    RouteRequest,
+    RouteResponse,
+    openapi_with_intents,
+)
 from router.serve.settings import ServeSettings, is_loopback
+from router.serve.state import ReloadError, State, one_line
 
 log = logging.getLogger("intent_router.serve")
-CANARY = "restart the indexing service"
-KNOWN_PATHS = ("/v1/route", "/healthz", "/readyz", "/metrics", "/openapi.json", "/docs")
+KNOWN_PATHS = ("/v1/route", "/admin/reload", "/healthz", "/readyz", "/metrics", "/openapi.json", "/docs")
 
 
 class ApiError(Exception):
@@ -43,82 +51,16 @@ def _error(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message, **extra}}, status_code=status)
 
 
-# ------------------------------------------------------------------------------------ engine
-class Engine:
-    """Runs route_batch in a thread pool, off the event loop.
-
-    Micro-batching concurrent requests into one route_batch call was measured and dropped: on 2 cores
-    it lowered throughput and raised latency under load (docs/serve.md)."""
-
-    def __init__(self, router, settings: ServeSettings, metrics: Metrics) -> None:
-        self.router = router
-        self.metrics = metrics
-        threads = settings.verifier_threads if router.verifier is not None else settings.inference_threads
-        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="route")
-
-    async def route(
-        self, texts: list[str], role: str, previous: PreviousTurn | None = None
-    ) -> list[Decision]:
-        loop = asyncio.get_running_loop()
-        turn = {"previous": previous.decision, "context": previous.message} if previous is not None else {}
-        work = functools.partial(self.router.route_batch, texts, role, **turn)
-        decisions = await loop.run_in_executor(self.pool, work)
-        self.metrics.batch_size.observe(len(texts))
-        return decisions
-
-    def close(self) -> None:
-        self.pool.shutdown(wait=True)
-
-
-# ------------------------------------------------------------------------------------- state
-class State:
-    def __init__(self, settings: ServeSettings) -> None:
-        self.settings = settings
-        self.metrics = Metrics()
-        self.keys: KeyStore | None = KeyStore.load(settings.key_file) if settings.key_file else None
-        self.engine: Engine | None = None
-        self.router = None
-        self.error: str | None = None
-        self.roles: set[str] = set()
-
-    def load(self) -> None:
-        """Load the router (sha256 of every model file is checked) and route a canary message."""
-        from router.config import RouterConfig
-        from router.routing import Router
-
-        s = self.settings
-        cfg = RouterConfig.load(s.config)
-        verifier = None
-        if s.verifier_url:
-            from router.verifier import LLMVerifier, VerifierSettings
-
-            vs = VerifierSettings.from_env(
-                base_url=s.verifier_url, model=s.verifier_model, timeout=s.verifier_timeout
-            )
-            verifier = LLMVerifier(vs, registry=cfg)
-        router = Router.load(
-            s.model_dir, config=cfg, verifier=verifier, threshold=s.threshold, intra_op_threads=s.ort_threads
-        )
-        d = router.route_batch([CANARY], next(iter(cfg.roles)))[0]
-        if d.source == "guardrail" or d.confidence is None:
-            raise RuntimeError(f"canary message was not classified: {d.source}/{d.reason_code.value}")
-        self.roles = set(cfg.roles)
-        if self.keys is not None:
-            for kid, missing in self.keys.roles_unknown_to(self.roles).items():
-                log.warning("key %s grants role(s) %s that the router config does not define", kid, missing)
-        self.router = router
-        self.engine = Engine(router, s, self.metrics)
-        self.metrics.ready.set(1)
-
-    def breaker_state(self) -> str:
-        breaker = getattr(getattr(self.router, "verifier", None), "breaker", None)
-        return getattr(breaker, "state", "none") if breaker is not None else "none"
-
-
 # --------------------------------------------------------------------------------------- app
 def create_app(settings: ServeSettings | None = None) -> FastAPI:
     settings = settings or ServeSettings()
     state = State(settings)
+    tasks: set[asyncio.Task] = set()  # background loads and reloads, referenced until they end
+
+    def background(coro) -> None:
+        task = asyncio.ensure_future(coro)
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -129,21 +71,31 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
             try:
                 await asyncio.to_thread(state.load)
             except Exception as e:
-                state.error = f"{type(e).__name__}: {e}"
+                state.error = one_line(e)
                 log.error("model failed to load: %s", state.error)
                 return
-            log.info("router ready in %.2f s: %s", time.perf_counter() - t0, state.router.classifier.model_id)
+            log.info("router ready in %.2f s: %s", time.perf_counter() - t0, state.model_id)
 
-        task = asyncio.create_task(load())
+        def on_sighup() -> None:
+            log.info("SIGHUP: reloading the model and config")
+            background(asyncio.to_thread(state.reload_on_signal))
+
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # not the main thread
+            loop.add_signal_handler(signal.SIGHUP, on_sighup)
+        if settings.load_before_serving:  # the other workers serve meanwhile
+            await load()
+        else:
+            background(load())
         try:
             yield
         finally:
-            task.cancel()
-            if state.engine is not None:
-                await asyncio.to_thread(state.engine.close)
-            verifier = getattr(state.router, "verifier", None)
-            if verifier is not None and hasattr(verifier, "close"):
-                verifier.close()
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.remove_signal_handler(signal.SIGHUP)
+                signal.signal(signal.SIGHUP, signal.SIG_IGN)  # not the default, which ends the process
+            for task in list(tasks):
+                task.cancel()
+            await asyncio.to_thread(state.close)
 
     app = FastAPI(
         title="intent-router",
@@ -156,7 +108,8 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
 
     def openapi() -> dict:
         schema = generic_openapi()
-        return schema if state.router is None else openapi_with_intents(schema, state.router.intents)
+        router = state.router
+        return schema if router is None else openapi_with_intents(schema, router.intents)
 
     app.openapi = openapi
 
@@ -177,20 +130,26 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
         )
 
     # --------------------------------------------------------------------------- middleware
-    app.add_middleware(_MetricsMiddleware, metrics=state.metrics)
+    app.add_middleware(MetricsMiddleware, metrics=state.metrics, paths=KNOWN_PATHS)
 
     # ----------------------------------------------------------------------------- endpoints
     @app.get("/healthz", summary="Process is up")
     async def healthz():
-        return {"status": "ok"}
+        return {"status": "ok", "model_id": state.model_id, "pid": os.getpid()}
 
     @app.get("/readyz", summary="Model loaded and verified", responses={503: {"model": ErrorResponse}})
     async def readyz():
-        if state.engine is None:
+        router = state.router
+        if router is None:
             if state.error:
-                return _error(503, "model_failed", state.error)
-            return _error(503, "loading", "the model is loading")
-        return {"status": "ready", "model_id": state.router.classifier.model_id, "roles": sorted(state.roles)}
+                return _error(503, "model_failed", state.error, pid=os.getpid())
+            return _error(503, "loading", "the model is loading", pid=os.getpid())
+        return {
+            "status": "ready",
+            "model_id": router.classifier.model_id,
+            "roles": sorted(router.config.roles),
+            "pid": os.getpid(),
+        }
 
     @app.get("/metrics", summary="Prometheus metrics")
     async def metrics():
@@ -204,30 +163,75 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
         summary="Route one message or a list",
         response_model=RouteResponse,
         responses={400: err, 401: err, 403: err, 413: err, 422: err, 503: err},
-        openapi_extra={
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": RouteRequest.model_json_schema()}},
-            }
-        },
+        openapi_extra=_body_schema(RouteRequest),
     )
     async def route(request: Request):
         principal = _authenticate(request, state)
         body = await _read_body(request, settings.max_body_bytes)
-        req = _parse(body)
+        req = _parse(body, RouteRequest)
         texts = _texts(req, settings)
         role = _role(req, principal, state)
-        if state.engine is None:
+        engine = state.engine
+        if engine is None:
             raise ApiError(503, "not_ready", "the model is not loaded yet; poll /readyz")
-        decisions = await state.engine.route(texts, role, req.previous)
-        state.metrics.observe_decisions(decisions)
+        router = engine.acquire()  # this request routes on this Router to the end, whatever a reload does
+        if role not in router.config.roles:
+            engine.release(router)
+            raise ApiError(422, "unknown_role", f"unknown role {role!r}", roles=sorted(router.config.roles))
+        prev = req.previous
+        decisions = await engine.route(  # releases the Router when its work ends
+            router, texts, role, prev.decision if prev else None, prev.message if prev else None
+        )
+        model_id = router.classifier.model_id
+        request.scope[MODEL_SCOPE_KEY] = model_id
+        m = state.metrics
+        m.batch_size.labels(model=model_id).observe(len(texts))
+        m.observe_decisions(decisions)
+        if router.verifier is not None:
+            m.set_breaker(state.breaker_state())
         payload = b'{"decisions":[' + b",".join(d.model_dump_json().encode() for d in decisions) + b"]}"
         return Response(payload, media_type="application/json")
+
+    @app.post(
+        "/admin/reload",
+        summary="Load the model and config again, or others, and swap them in without dropping a request",
+        response_model=ReloadResponse,
+        responses={400: err, 401: err, 403: err, 409: err, 413: err, 422: err},
+        openapi_extra=_body_schema(ReloadRequest, required=False),
+    )
+    async def admin_reload(request: Request):
+        _authenticate_admin(request, state)
+        body = await _read_body(request, settings.max_body_bytes)
+        req = _parse(body, ReloadRequest) if body.strip() else ReloadRequest()
+        try:
+            return await asyncio.to_thread(state.reload, req.model, req.config, False)
+        except ReloadError as e:
+            raise ApiError(e.status, e.code, e.message, model_id=state.model_id) from None
 
     return app
 
 
+def _body_schema(model: type[BaseModel], required: bool = True) -> dict:
+    content = {"application/json": {"schema": model.model_json_schema()}}
+    return {"requestBody": {"required": required, "content": content}}
+
+
 # ---------------------------------------------------------------------------- request steps
+def _authenticate_admin(request: Request, state: State) -> Principal:
+    if state.keys is None:
+        raise ApiError(
+            403,
+            "admin_key_required",
+            "reloading over HTTP needs a key file with an admin key (admin: true); send SIGHUP instead",
+        )
+    p = _authenticate(request, state)
+    if not p.admin:
+        state.metrics.auth_failures.labels(reason="not_admin", model=state.metrics.model).inc()
+        log.warning("key %s called an admin endpoint without being an admin key", p.key_id)
+        raise ApiError(403, "not_admin", "this API key is not an admin key")
+    return p
+
+
 def _authenticate(request: Request, state: State) -> Principal | None:
     if state.keys is None:
         client = request.client.host if request.client else ""
@@ -236,11 +240,11 @@ def _authenticate(request: Request, state: State) -> Principal | None:
         return None
     key = key_from_headers(request.headers)
     if not key:
-        state.metrics.auth_failures.labels(reason="missing_key").inc()
+        state.metrics.auth_failures.labels(reason="missing_key", model=state.metrics.model).inc()
         raise ApiError(401, "missing_key", "send an API key: 'Authorization: Bearer KEY' or 'X-API-Key: KEY'")
     p = state.keys.authenticate(key)
     if p is None:
-        state.metrics.auth_failures.labels(reason="bad_key").inc()
+        state.metrics.auth_failures.labels(reason="bad_key", model=state.metrics.model).inc()
         log.warning(
             "refused a request with an unknown API key from %s",
             request.client.host if request.client else "?",
@@ -269,7 +273,7 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _parse(body: bytes) -> RouteRequest:
+def _parse(body: bytes, model: type[BaseModel]):
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError) as e:
@@ -277,7 +281,7 @@ def _parse(body: bytes) -> RouteRequest:
     if not isinstance(data, dict):
         raise ApiError(422, "invalid_request", "request body must be a JSON object")
     try:
-        return RouteRequest.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as e:
         raise ApiError(
             422, "invalid_request", "request does not match the schema", details=_errors(e.errors())
@@ -333,65 +337,7 @@ def _role(req: RouteRequest, p: Principal | None, state: State) -> str:
         else:
             raise ApiError(422, "missing_role", "name the role to route for in 'role'")
     if p is not None and role not in p.roles:
-        state.metrics.auth_failures.labels(reason="role_not_held").inc()
+        state.metrics.auth_failures.labels(reason="role_not_held", model=state.metrics.model).inc()
         log.warning("key %s asked for role %r, which it does not hold", p.key_id, role)
         raise ApiError(403, "role_not_held", f"this API key does not hold role {role!r}")
-    if state.engine is not None and role not in state.roles:
-        raise ApiError(422, "unknown_role", f"unknown role {role!r}", roles=sorted(state.roles))
     return role
-
-
-# ------------------------------------------------------------------------------- middleware
-class _MetricsMiddleware:
-    """Plain ASGI (cheaper than BaseHTTPMiddleware): count requests by status, time them."""
-
-    def __init__(self, app, metrics: Metrics) -> None:
-        self.app, self.metrics = app, metrics
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        path = scope.get("path", "")
-        path = path if path in KNOWN_PATHS else "other"
-        status = {"code": 500}
-
-        async def send_wrapper(message):
-            if message["type"] == "http.response.start":
-                status["code"] = message["status"]
-            await send(message)
-
-        m = self.metrics
-        m.in_flight.inc()
-        t0 = time.perf_counter()
-        try:
-            await self.app(scope, receive, send_wrapper)
-        finally:
-            m.in_flight.dec()
-            m.request_seconds.labels(path=path).observe(time.perf_counter() - t0)
-            m.requests.labels(path=path, status=str(status["code"])).inc()
-
-
-# ------------------------------------------------------------------------------------- run
-def run(settings: ServeSettings) -> None:
-    """Serve with uvicorn until SIGINT/SIGTERM; requests in flight get ``graceful_timeout`` seconds."""
-    import uvicorn
-
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    if settings.key_file is None:
-        log.warning(
-            "no key file: listening on loopback only (%s); every local caller may use every role",
-            settings.host,
-        )
-    else:
-        log.info("key file %s: roles come from API keys", settings.key_file)
-    app = create_app(settings)
-    uvicorn.run(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        access_log=settings.access_log,
-        timeout_graceful_shutdown=settings.graceful_timeout,
-    )

@@ -6,11 +6,16 @@ Key file (YAML or JSON)::
       - id: billing-agent            # shown in logs instead of the key
         sha256: 9f86d081884c7d65...  # hex SHA-256 of the key
         roles: [viewer, analyst]
+      - id: deploy-bot
+        sha256: 60303ae22b998861...
+        admin: true                  # may call the admin endpoints (POST /admin/reload)
+        roles: []                    # an admin key may hold no role
 
 Keys are random 256-bit tokens (``python -m router.serve.auth new --id NAME --roles a,b``), so one
 fast hash is enough: there is nothing to brute-force, unlike a password. A request sends its key as
 ``Authorization: Bearer KEY`` or ``X-API-Key: KEY`` and names a role in its body; a role the key does
-not hold is refused (403) and logged with the key's id.
+not hold is refused (403) and logged with the key's id. Only a key with ``admin: true`` may call the
+admin endpoints; any other key gets 403 there.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ class KeyFileError(ValueError):
 class Principal:
     key_id: str
     roles: frozenset[str]
+    admin: bool = False
 
 
 def hash_key(key: str) -> str:
@@ -67,12 +73,13 @@ class KeyStore:
             where = f"{path}: keys[{i}]"
             if not isinstance(item, dict):
                 raise KeyFileError(f"{where}: expected a mapping with id, sha256, roles")
-            unknown = set(item) - {"id", "sha256", "roles"}
+            unknown = set(item) - {"id", "sha256", "roles", "admin"}
             if unknown:
                 raise KeyFileError(
                     f"{where}: unknown field(s) {sorted(unknown)} (plain keys are not accepted)"
                 )
             kid, digest, roles = item.get("id"), str(item.get("sha256", "")).lower(), item.get("roles")
+            admin = item.get("admin", False)
             if not isinstance(kid, str) or not kid.strip():
                 raise KeyFileError(f"{where}: 'id' must be a non-empty string")
             if kid in ids:
@@ -81,10 +88,18 @@ class KeyStore:
                 raise KeyFileError(f"{where} ({kid}): 'sha256' must be 64 hex digits")
             if digest in entries:
                 raise KeyFileError(f"{where} ({kid}): the same key hash appears twice")
-            if not isinstance(roles, list) or not roles or not all(isinstance(r, str) and r for r in roles):
-                raise KeyFileError(f"{where} ({kid}): 'roles' must be a non-empty list of role names")
+            if not isinstance(admin, bool):
+                raise KeyFileError(f"{where} ({kid}): 'admin' must be true or false")
+            if roles is None:
+                roles = []
+            if not isinstance(roles, list) or not all(isinstance(r, str) and r for r in roles):
+                raise KeyFileError(f"{where} ({kid}): 'roles' must be a list of role names")
+            if not roles and not admin:
+                raise KeyFileError(
+                    f"{where} ({kid}): 'roles' must name at least one role (only an admin key may hold none)"
+                )
             ids.add(kid)
-            entries[digest] = Principal(kid, frozenset(roles))
+            entries[digest] = Principal(kid, frozenset(roles), admin)
         return cls(entries)
 
     def roles_unknown_to(self, known: set[str]) -> dict[str, list[str]]:
@@ -121,15 +136,19 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     n = sub.add_parser("new", help="print a new key (once) and its key-file entry")
     n.add_argument("--id", required=True)
-    n.add_argument("--roles", required=True, help="comma-separated role names")
+    n.add_argument("--roles", default="", help="comma-separated role names")
+    n.add_argument("--admin", action="store_true", help="the key may call the admin endpoints")
     h = sub.add_parser("hash", help="print the sha256 of a key read from stdin")
     del h
     a = p.parse_args(argv)
     if a.cmd == "new":
-        key = new_key()
         roles = [r.strip() for r in a.roles.split(",") if r.strip()]
+        if not roles and not a.admin:
+            p.error("give --roles (a key that is not --admin needs at least one role)")
+        key = new_key()
         print(f"key (give it to the client, it is not stored): {key}", file=sys.stderr)
-        print(json.dumps({"id": a.id, "sha256": hash_key(key), "roles": roles}))
+        entry = {"id": a.id, "sha256": hash_key(key), "roles": roles}
+        print(json.dumps({**entry, "admin": True} if a.admin else entry))
     else:
         print(hash_key(sys.stdin.read().strip()))
     return 0

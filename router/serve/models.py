@@ -39,6 +39,28 @@ class RouteResponse(BaseModel):
     decisions: list[Decision]
 
 
+class ReloadRequest(BaseModel):
+    """Paths to load instead of the current ones; an empty body (or ``{}``) loads the current paths again."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: StrictStr | None = Field(None, min_length=1, description="Exported model directory.")
+    config: StrictStr | None = Field(None, min_length=1, description="Router config YAML.")
+
+
+class ReloadResponse(BaseModel):
+    model_config = ConfigDict(protected_namespaces=())
+    status: str
+    model_id: str = Field(description="The model now serving in the worker that answered.")
+    previous_model_id: str | None
+    model: str
+    config: str | None = Field(description="None: the packaged router config.")
+    seconds: float = Field(description="Time to load and check the new model.")
+    pid: int = Field(description="The worker process that reloaded.")
+    other_workers: int | None = Field(
+        None, description="With several workers: how many others were told to load the same paths."
+    )
+
+
 class ErrorBody(BaseModel):
     code: str
     message: str

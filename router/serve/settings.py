@@ -1,4 +1,4 @@
-"""Server settings: where to listen, which model, limits, auth and batching."""
+"""Server settings: where to listen, which model, limits, auth, worker processes and the decision log."""
 
 from __future__ import annotations
 
@@ -39,9 +39,19 @@ class ServeSettings:
     verifier_model: str | None = None
     verifier_timeout: float | None = None
     graceful_timeout: float = 30.0  # seconds to finish requests in flight on SIGTERM
+    keep_alive_timeout: float = 75.0  # seconds an idle keep-alive connection stays open
+    workers: int = 1  # server processes, each with its own Router (router.serve.workers)
+    # decision log (router.decision_log): one DecisionLog per worker process
+    decision_log: str | Path | None = None
+    decision_log_format: str = "jsonl"
+    decision_log_redact: str | None = None  # "module:function" applied to every logged message
     log_level: str = "info"
     access_log: bool = False
     load_delay: float = 0.0  # seconds to wait before loading the model (tests, staged rollouts)
+    # set by the supervisor of several workers: the directory they share (reload target, metrics), and
+    # for a worker that replaces one that exited, to load the model before accepting connections
+    run_dir: str | Path | None = None
+    load_before_serving: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_body_bytes", "max_messages", "max_chars"):
@@ -51,6 +61,16 @@ class ServeSettings:
             self.inference_threads = min(8, os.cpu_count() or 1)
         if self.inference_threads < 1 or self.verifier_threads < 1:
             raise ValueError("inference_threads must be >= 0 and verifier_threads >= 1")
+        if self.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {self.workers}")
+        if self.keep_alive_timeout <= 0:
+            raise ValueError(f"keep_alive_timeout must be > 0 seconds, got {self.keep_alive_timeout}")
+        if self.decision_log_format not in ("jsonl", "parquet"):
+            raise ValueError(
+                f"decision log format must be jsonl or parquet, got {self.decision_log_format!r}"
+            )
+        if self.decision_log_redact is not None and self.decision_log is None:
+            raise ValueError("a decision log redaction hook needs --decision-log DIR")
         if self.key_file is None and not is_loopback(self.host):
             raise ValueError(
                 f"refusing to listen on {self.host} without a key file: without credentials any caller "
