@@ -289,3 +289,27 @@ def test_cli_prints_a_summary_json_and_exits_non_zero_on_errors(tmp_path, corpus
     failed = runner.invoke(app, ["data", "add", str(bad), "--to", str(target), "--data-dir", str(corpus)])
     assert failed.exit_code == 1
     assert f"{bad}:1: unknown label 'NOPE'" in failed.output.replace("\n", "")
+
+
+def test_a_rows_domain_and_pair_travel_with_it_and_half_a_pair_is_a_plain_row(tmp_path, corpus):
+    rows = [
+        {
+            "text": "do you like jazz at all",
+            "label": "OUT_OF_SCOPE",
+            "kind": "personal_chitchat",
+            "pair": "T-01",
+        },
+        {"text": "put on some jazz in the kitchen", "label": "ACTION", "domain": "media", "pair": "T-01"},
+        {
+            "text": "ugh my phone is always dying",
+            "label": "OUT_OF_SCOPE",
+            "kind": "small_talk_mood",
+            "pair": "T-02",
+        },
+        {"text": "hi there", "label": "OUT_OF_SCOPE", "pair": "T-02"},  # a training row already: skipped
+    ]
+    report = _add(_review(tmp_path, rows), corpus)
+    assert report.written and len(report.rows) == 3
+    added = [json.loads(l) for l in (corpus / "train.jsonl").read_text(encoding="utf-8").splitlines()[-3:]]
+    assert [r.get("pair") for r in added] == ["T-01", "T-01", None]
+    assert added[1]["domain"] == "media" and added[2]["kind"] == "small_talk_mood"

@@ -45,7 +45,9 @@ from training.corpus import (
 from training.label_set import MIN_ROWS
 
 CONVERSATIONS_DIR = "conversations"
-KEPT_FIELDS = ("kind",)  # reviewed fields that travel with the row into the training file
+# reviewed fields that travel with the row into the training file: an out-of-scope row's kind, the domain
+# it was written for, and the id of the boundary pair it belongs to (dropped when its other row is not added)
+KEPT_FIELDS = ("kind", "domain", "pair")
 
 
 class DataAddError(ValueError):
@@ -318,7 +320,7 @@ def add_reviewed(
                 report.skipped.append(Skip(first_line, "conflict", again, first["text"]))
         else:
             kept[key] = (n, _training_row(obj, source, report.added_date))
-    report.rows = [row for key, (_, row) in kept.items() if key not in conflicted]
+    report.rows = _whole_pairs([row for key, (_, row) in kept.items() if key not in conflicted])
     report.skipped.sort(key=lambda s: s.line)
 
     counts = Counter(ex.label for ex in target_rows) + Counter(r["label"] for r in report.rows)
@@ -346,6 +348,15 @@ def _training_row(obj: dict, source: str, added: str) -> dict:
     if obj.get("id") not in (None, ""):
         row["review_id"] = obj["id"]
     return row
+
+
+def _whole_pairs(rows: list[dict]) -> list[dict]:
+    """``rows`` with the pair id taken off a row whose pair has no other row among them: a pair is two
+    contrasting rows in one split, and half of one is a plain row."""
+    sizes = Counter(r["pair"] for r in rows if "pair" in r)
+    return [
+        r if sizes.get(r.get("pair"), 2) >= 2 else {k: v for k, v in r.items() if k != "pair"} for r in rows
+    ]
 
 
 def append_rows(path: Path, rows: list[dict]) -> None:

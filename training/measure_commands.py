@@ -247,3 +247,52 @@ def bench_project(
         out.write_text(json.dumps(result, indent=2) + "\n")
         console.print(f"wrote {out}")
     return result
+
+
+@command()
+def bench_scope(
+    path: Path = Opt(..., help="CLINC150: data_full.json or its folder."),
+    model: Annotated[Path | None, Opt(help="Exported model dir (default: the shipped model).")] = None,
+    role: Annotated[str | None, Opt(help="Role to route as (default: the config's first).")] = None,
+    distance: Annotated[
+        list[str] | None,
+        Opt(
+            help="In-scope distance: 'model' (its fitted threshold) and/or 'off'; repeatable (default: both)."
+        ),
+    ] = None,
+    out: Path | None = Opt(None, help="Write the results JSON here."),
+) -> dict:
+    """The out-of-scope boundary on text nobody here wrote: CLINC150's side-effect intents (routed to ACTION?),
+    its small talk and oos_test (not routed?), with the in-scope distance on and off (training/benchmark_scope.py)."""
+    import json
+
+    from training.benchmark_scope import DISTANCE_CHOICES, run_scope_check
+
+    try:
+        result = run_scope_check(path, model, role, tuple(distance or DISTANCE_CHOICES), report=say)
+    except ValueError as e:
+        raise fail(str(e), code=2) from None
+    rows = []
+    for choice, groups in result["runs"].items():
+        se, st, oo = groups["side_effect"], groups["small_talk"], groups["oos_test"]
+        rows.append(
+            [
+                choice,
+                f"{se['action']:.1%}",
+                f"{se['out_of_scope']:.1%}",
+                f"{st['not_routed']:.1%}",
+                f"{oo['not_routed']:.1%}",
+            ]
+        )
+    header = [
+        "distance",
+        "side-effect: ACTION",
+        "side-effect: out of scope",
+        "small talk: not routed",
+        "oos_test: not routed",
+    ]
+    table(f"CLINC150 test, {result['model_id']}", header, rows)
+    if out:
+        out.write_text(json.dumps(result, indent=2) + "\n")
+        console.print(f"wrote {out}")
+    return result

@@ -1,0 +1,170 @@
+"""A public check of the out-of-scope boundary: what a trained router does with CLINC150 test messages it
+never saw (``intent-router bench scope``). Nothing is trained on them, and no corpus row is written from
+them.
+
+Three groups of CLINC150's test split are routed one message at a time, with no previous turn and no
+verifier, as a service would route them:
+
+* ``side_effect``: the 19 intents whose messages ask for an operation with side effects now (text a
+  contact, get a ride, add to a list, play music, set an alarm, book, order, cancel a reservation, ...).
+  Under the labelling contract (data/INTENTS.md) they are ACTION whatever the domain. Reported: the share
+  routed with ACTION among their intents, and the share called out of scope.
+* ``small_talk``: 15 chit-chat intents (greetings, thanks, jokes, questions about the assistant, and the
+  bare replies yes, no and maybe, which with no turn before them ask for nothing): the share not routed
+  to any intent.
+* ``oos_test``: CLINC150's out-of-scope test queries: the share not routed. These are requests a bank or
+  travel assistant cannot serve ("how do i get a girlfriend"), many of which are requests for one of the
+  five intents in another domain, so a router that holds its intents outside its corpus routes some; the
+  figure is reported beside the others, not held to a bar.
+
+Each figure is also given per way the router can call a message out of scope: the trained class alone,
+the in-scope distance alone, or both (router.steps.scope_of), so a change of the distance can be judged on
+both sides of the boundary.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections import Counter
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+
+from training.benchmark_data import read_clinc150
+
+SIDE_EFFECT_INTENTS = (
+    "text",
+    "share_location",
+    "uber",
+    "shopping_list_update",
+    "todo_list_update",
+    "play_music",
+    "change_volume",
+    "sync_device",
+    "make_call",
+    "alarm",
+    "timer",
+    "reminder_update",
+    "calendar_update",
+    "order",
+    "cancel_reservation",
+    "restaurant_reservation",
+    "book_hotel",
+    "book_flight",
+    "car_rental",
+)
+SMALL_TALK_INTENTS = (  # the 15 of docs/benchmarks.md: chit-chat, and bare replies with nothing before them
+    "greeting",
+    "goodbye",
+    "thank_you",
+    "tell_joke",
+    "are_you_a_bot",
+    "what_is_your_name",
+    "how_old_are_you",
+    "what_are_your_hobbies",
+    "do_you_have_pets",
+    "where_are_you_from",
+    "who_made_you",
+    "who_do_you_work_for",
+    "yes",
+    "no",
+    "maybe",
+)
+DISTANCE_CHOICES = ("model", "off")  # the model's threshold, or no distance at all
+
+Reporter = Callable[[str], None]
+
+
+def scope_groups(source: str | Path) -> dict[str, list[tuple[str, str]]]:
+    """(text, CLINC150 intent) of each group, from the test split and ``oos_test``."""
+    splits = read_clinc150(source)
+    test = list(zip(splits["test"].texts, splits["test"].labels, strict=True))
+    return {
+        "side_effect": [(t, y) for t, y in test if y in SIDE_EFFECT_INTENTS],
+        "small_talk": [(t, y) for t, y in test if y in SMALL_TALK_INTENTS],
+        "oos_test": [(t, "oos") for t in splits["oos_test"].texts],
+    }
+
+
+def _signal(d) -> str:
+    """How a Decision called its message out of scope: classifier, distance, both, or verifier."""
+    signals = set((d.scope.signals if d.scope is not None else None) or [])
+    if {"classifier", "distance"} <= signals:
+        return "classifier+distance"
+    return next(iter(signals), "other")
+
+
+def group_figures(decisions: Sequence, cases: Sequence[tuple[str, str]], group: str) -> dict:
+    """A group's shares: routed to ACTION (side-effect intents only), routed at all, called out of scope,
+    and the out-of-scope calls by signal; the side-effect intents also per CLINC150 intent."""
+    n = len(decisions)
+    oos = [d for d in decisions if d.reason_code == "out_of_scope"]
+    out: dict = {
+        "n": n,
+        "routed": round(sum(bool(d.intents) for d in decisions) / n, 6) if n else None,
+        "not_routed": round(sum(not d.intents for d in decisions) / n, 6) if n else None,
+        "out_of_scope": round(len(oos) / n, 6) if n else None,
+        "out_of_scope_by": dict(Counter(_signal(d) for d in oos)),
+    }
+    if group == "side_effect":
+        action = [("ACTION" in d.intents) for d in decisions]
+        out["action"] = round(sum(action) / n, 6) if n else None
+        per: dict[str, dict] = {}
+        for (_, intent), d, a in zip(cases, decisions, action, strict=True):
+            row = per.setdefault(intent, {"n": 0, "action": 0, "out_of_scope": 0})
+            row["n"] += 1
+            row["action"] += int(a)
+            row["out_of_scope"] += int(d.reason_code == "out_of_scope")
+        out["per_intent"] = per
+        out["top_intents"] = dict(
+            Counter("+".join(d.intents) or d.reason_code for d in decisions).most_common(8)
+        )
+    return out
+
+
+def run_scope_check(
+    source: str | Path,
+    model: str | Path | None = None,
+    role: str | None = None,
+    distance: Sequence[str] = DISTANCE_CHOICES,
+    report: Reporter = print,
+) -> dict:
+    """Route the three groups with the model (default: the shipped one) once per ``distance`` choice and
+    return the figures (``scope_groups``, ``group_figures``)."""
+    from router import Router
+
+    unknown = [d for d in distance if d not in DISTANCE_CHOICES]
+    if unknown:
+        raise ValueError(f"distance choice(s) {unknown}: use {', '.join(DISTANCE_CHOICES)}")
+    groups = scope_groups(source)
+    router = Router.load(model)
+    role = role or next(iter(router.config.roles))
+    fitted = router.classifier.distance_threshold
+    runs: dict[str, dict] = {}
+    for choice in distance:
+        router.classifier.distance_threshold = fitted if choice == "model" else None
+        figures = {}
+        for group, cases in groups.items():
+            decisions = []
+            texts = [t for t, _ in cases]
+            for i in range(0, len(texts), 64):
+                decisions.extend(router.route_batch(texts[i : i + 64], role))
+            figures[group] = group_figures(decisions, cases, group)
+        runs[choice] = figures
+        se, st, oo = figures["side_effect"], figures["small_talk"], figures["oos_test"]
+        report(
+            f"distance {choice}: side-effect intents ACTION {se['action']:.1%}, out of scope "
+            f"{se['out_of_scope']:.1%} (n={se['n']}); small talk not routed {st['not_routed']:.1%} "
+            f"(n={st['n']}); oos_test not routed {oo['not_routed']:.1%} (n={oo['n']})"
+        )
+    router.classifier.distance_threshold = fitted
+    return {
+        "benchmark": "clinc150-scope",
+        "created_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "model_id": router.classifier.model_id,
+        "role": role,
+        "distance_threshold": fitted,
+        "groups": {g: sorted({y for _, y in c}) for g, c in groups.items()},
+        "runs": runs,
+        "environment": {"python": platform.python_version(), "machine": platform.machine()},
+    }
