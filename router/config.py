@@ -86,7 +86,33 @@ class RouterConfig(BaseModel):
             raise ValueError(f"thresholds must name configured intents, got {unknown}")
         for value in self.thresholds.values():
             validate_threshold(value)
+        unknown_skills = self._unknown_skills()
+        if unknown_skills:
+            raise ValueError("; ".join(unknown_skills))
         return self
+
+    def _unknown_skills(self) -> list[str]:
+        """Each place an intent or a role names a skill the registry (``skills``) lacks, with the closest
+        registered name: a typo there would otherwise surface only when a request is denied the skill."""
+        from difflib import get_close_matches
+
+        places = [
+            (f"intents.{name}.{part}", skill)
+            for name, spec in self.intents.items()
+            for part in ("required", "optional")
+            for skill in getattr(spec, part)
+        ]
+        places += [
+            (f"roles.{name}.skills", skill) for name, role in self.roles.items() for skill in role.skills
+        ]
+        out = []
+        for where, skill in places:
+            if (skill == WILDCARD and where.startswith("roles.")) or skill in self.skills:
+                continue
+            close = get_close_matches(skill, list(self.skills), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            out.append(f"{where} names skill {skill!r}, which is not in the skill registry{hint}")
+        return out
 
     def example_intents(self, model_intents: tuple[str, ...] | list[str]) -> dict[str, list[str]]:
         """The intents the model does not predict that this config defines by examples (router.examples)."""

@@ -194,6 +194,26 @@ def test_unknown_field_names_file_and_line(tmp_path):
         RouterConfig.load(p)
 
 
+def test_a_skill_missing_from_the_registry_is_an_error_when_the_config_loads(tmp_path):
+    text = DEFAULT_YAML.replace(
+        "required: [retrieval], optional: [reflection], context_budget: 2000",
+        "required: [retreival], optional: [reflection], context_budget: 2000",
+        1,
+    )
+    text = text.replace("skills: [retrieval]", "skills: [retrieval, web_browse]", 1)
+    assert text.count("retreival") == 1 and "web_browse" in text
+    p = tmp_path / "typo.yaml"
+    p.write_text(text)
+    with pytest.raises(ValueError) as e:
+        RouterConfig.load(p)
+    message = str(e.value)
+    assert (
+        "intents.SEARCH.required names skill 'retreival'" in message and "did you mean 'retrieval'" in message
+    )
+    assert "roles.viewer.skills names skill 'web_browse', which is not in the skill registry" in message
+    assert RouterConfig.load().roles["admin"].skills == ["*"]  # the wildcard is no skill name
+
+
 def test_config_check_table():
     report = check_config(ROOT / "router" / "config" / "default.yaml")
     table = report["roles"]
