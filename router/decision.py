@@ -34,6 +34,13 @@ class ReasonCode(str, Enum):
     MATCHED_EXAMPLES = "matched_examples"  # an intent defined by examples: its nearest example reached it
 
 
+# the message of a ``clarify`` Decision, for a caller that reads only the message
+CLARIFY_MESSAGE = (
+    "unsure of the intent, with no verifier answer and no fallback intents: no skills are loaded; ask the "
+    "user what they need"
+)
+
+
 class RankedIntent(BaseModel):
     intent: str
     probability: float

@@ -31,7 +31,7 @@ from router.conversation import (
     resolve_context,
     with_prior,
 )
-from router.decision import Decision, ReasonCode
+from router.decision import CLARIFY_MESSAGE, Decision, ReasonCode
 from router.decision_log import DecisionLog, config_hash
 from router.examples import ExampleIntents
 from router.grants import SkillGrants
@@ -331,7 +331,7 @@ class Router:
             skills={"required": list(g.required), "optional": list(g.optional)},
             denied=g.denied,
             servable=g.servable,
-            message=g.message,
+            message=CLARIFY_MESSAGE if route.reason == ReasonCode.CLARIFY and not g.message else g.message,
             requires_confirmation=g.requires_confirmation,
             context_budget=g.context_budget,
             threshold=self.thresholds.get(intent, self.threshold),

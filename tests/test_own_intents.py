@@ -114,6 +114,7 @@ def test_no_fallback_intents_means_clarify(shop):
     d = router.route("my parcel never came and I want my money back", role="customer")
     assert d.intent is None and d.reason_code.value == "clarify"
     assert d.skills.required == [] and d.skills.optional == [] and not d.requires_confirmation
+    assert "ask the user what they need" in d.message
 
 
 @pytest.mark.slow

@@ -116,6 +116,9 @@ def test_below_the_threshold_with_no_fallback_intents_the_router_asks_the_user()
     d = make_router(config_with(fallback_intents=[])).route("where is the travel policy", role="admin")
     assert d.intent is None and d.reason_code.value == "clarify"
     assert d.skills.required == [] and d.skills.optional == []
+    assert d.message.endswith(
+        "ask the user what they need"
+    )  # a caller reading only the message knows what to do
 
 
 def test_below_the_threshold_the_verifier_chooses():
