@@ -144,11 +144,8 @@ def run_scope_check(
     for choice in distance:
         router.classifier.distance_threshold = fitted if choice == "model" else None
         figures = {}
-        for group, cases in groups.items():
-            decisions = []
-            texts = [t for t, _ in cases]
-            for i in range(0, len(texts), 64):
-                decisions.extend(router.route_batch(texts[i : i + 64], role))
+        for group, cases in groups.items():  # route_batch plans its own length-sorted batches
+            decisions = router.route_batch([t for t, _ in cases], role)
             figures[group] = group_figures(decisions, cases, group)
         runs[choice] = figures
         se, st, oo = figures["side_effect"], figures["small_talk"], figures["oos_test"]
