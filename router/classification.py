@@ -25,6 +25,7 @@ class Classification:
     intents: list[str] = field(default_factory=list)  # router.compound.resolve_intents: primary first
     clauses: list[dict] = field(default_factory=list)  # the clauses classified for it, when it has any
     embedding: np.ndarray | None = None  # the sentence embedding, when the classifier fetches it
+    turn: dict[str, float] | None = None  # after a turn: continuation / social / own (router.turn_reader)
 
 
 class RoutingClassifier(Protocol):

@@ -26,6 +26,7 @@ from router.compound import (
 )
 from router.manifest import Manifest, ModelError, load_manifest, verify_file
 from router.model_card import check_graph_metadata, read_graph_metadata
+from router.turn_reader import TurnReader
 from router.wordpiece import AsciiWordPiece
 
 log = logging.getLogger(__name__)
@@ -152,6 +153,8 @@ class Classifier:
         # the sentence embedding (manifest export.embedding_output), fetched once with_embeddings is set
         self.embedding_output = export.embedding_output if export.embedding_output in names else None
         self.with_embeddings = False
+        spec = self.manifest.conversation  # the turn reader, run only for messages read after a turn
+        self.turn_reader = TurnReader.load(self.model_dir, spec) if spec and self.embedding_output else None
         if not set(self._outputs_states) <= names:
             missing = sorted(set(self._outputs_states) - names)
             raise ModelError(f"{graph_path}: the graph lacks output(s) {missing}")
@@ -311,23 +314,33 @@ class Classifier:
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """The sentence embeddings of ``texts``: the graph's embedding output (training.embeddings), raw."""
+        return self.embed_and_predict(texts)[0]
+
+    def embed_and_predict(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(sentence embeddings, calibrated probabilities) of ``texts``, from one run of the graph."""
         if self.embedding_output is None:
             raise ModelError(
                 f"{self.model_dir}: the graph has no sentence-embedding output; re-export the model"
             )
         check_texts(texts)
-        emb = self._run(texts, embeddings=True).embeddings if texts else []
-        return np.asarray(emb, dtype=np.float32).reshape(len(texts), -1)
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32), np.zeros((0, len(self.labels)), dtype=np.float32)
+        run = self._run(texts, embeddings=True)
+        return np.asarray(run.embeddings, dtype=np.float32).reshape(len(texts), -1), run.probabilities
 
     # --------------------------------------------------------------------------------- classify
     def classify(self, text: str) -> Classification:
         return self.classify_batch([text])[0]
 
-    def classify_batch(self, texts: Sequence[str]) -> list[Classification]:
+    def classify_batch(self, texts: Sequence[str], read_turns: bool = False) -> list[Classification]:
+        """One Classification per text; with ``read_turns`` and a turn reader, each also says what kind of
+        turn it is when it follows a request (``turn``, router.turn_reader)."""
         check_texts(texts)
         if not texts:
             return []
-        run = self._run(texts, read_clauses=True)
+        reader = self.turn_reader if read_turns else None
+        run = self._run(texts, read_clauses=True, embeddings=True if reader else None)
+        turns = reader.read(np.stack(run.embeddings), run.probabilities) if reader else None
         t0 = time.perf_counter()
         intents, clauses = self._intents(run)
         inf_s = run.inference_s + time.perf_counter() - t0  # with the clauses' own run
@@ -356,6 +369,7 @@ class Classifier:
                     intents=intents[i],
                     clauses=clauses[i],
                     embedding=emb[i] if emb is not None else None,
+                    turn=turns[i] if turns is not None else None,
                 )
             )
         return out

@@ -9,8 +9,10 @@ A model trained with the reserved ``CONTINUATION`` label tells three kinds of me
   before it;
 - a message whose own intent is clear keeps it, even right after another request.
 
-After a turn, the odds of a continuation against small talk are those of a conversation, not of the
-training rows (``with_prior``). A message that is not sure of its own intent (below the threshold) is
+After a turn, a model with a turn reader (router.turn_reader) says which of the three a message not sure
+of its own intent is (``read_turn``). A model without one reads its continuation class instead: after a
+turn, the odds of a continuation against small talk are those of a conversation, not of the training rows
+(``with_prior``). A message that is not sure of its own intent (below the threshold) is
 read in context too: its
 continuation probability adds to the conversation's intent (``in_context``), so "add a pilot with finance
 first" at ACTION 0.5 and CONTINUATION 0.4 after a plan is PLANNING. The context is looked at only for such
@@ -27,6 +29,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from router.intents import CONTINUATION, OUT_OF_SCOPE
+from router.turn_reader import kind_of
 
 if TYPE_CHECKING:
     from router.decision import Decision
@@ -65,6 +68,43 @@ class Context:
         if self.message_chars is not None:
             out["message_chars"] = self.message_chars
         return out
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A message that is not a continuation by itself, as read with the turn before it."""
+
+    context: Context | None = None  # the conversation, when it was looked up
+    follow_up: bool = False  # it leans to the conversation's intent
+    out_of_scope: bool = False
+    continuation: float | None = None  # read in context, a continuation: its probability mass
+
+
+def read_turn(
+    turn: Mapping[str, float],
+    signals: Sequence[str],
+    context_of: Callable[[], Context | None],
+    threshold: float,
+) -> Reading:
+    """A message not sure of its own intent, read after a turn by the turn reader (router.turn_reader):
+    social, out of scope whatever came before; a continuation, the conversation's intents (below the
+    threshold, a follow-up: the verifier's intents with the context, else the conversation's); a request
+    of its own, its own reading (out of scope on an out-of-scope signal, else the verifier or fallback)."""
+    kind, p = kind_of(dict(turn))
+    if kind == "social":
+        return Reading(out_of_scope=True)
+    ctx = context_of()
+    if kind == "continuation" and ctx is not None:
+        return Reading(ctx, continuation=p) if p >= threshold else Reading(ctx, follow_up=True)
+    return Reading(ctx, out_of_scope=bool(signals))
+
+
+def after_previous(turn: Turn, signals: Sequence[str]) -> Reading:
+    """For a model without the continuation label: a message out of scope or unsure right after a turn
+    that had an intent may continue it (a follow-up: the verifier, else the previous turn's intents)."""
+    previous = turn.previous
+    follow_up = previous is not None and previous.intent is not None
+    return Reading(follow_up=follow_up, out_of_scope=bool(signals) and not follow_up)
 
 
 def knows_continuations(labels: Sequence[str]) -> bool:

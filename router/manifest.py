@@ -256,6 +256,20 @@ class Compound(BaseModel):
     )
 
 
+class TurnReaderSpec(BaseModel):
+    """The turn reader (router.turn_reader): a softmax head over a message's sentence embedding and log
+    probabilities that tells, after a turn, a continuation from small talk and from a request of its own.
+    It reads the outputs of graph ``variant``, on which it was fitted (training.turn_reader)."""
+
+    method: str = "softmax over embedding + log probabilities"
+    kinds: list[str] = Field(min_length=2)
+    features: int = Field(gt=0, description="Embedding width plus the number of labels.")
+    file: FileEntry
+    variant: str
+    rows: dict[str, int] = Field(default_factory=dict, description="Fitting rows per kind.")
+    fitted_on: list[str] = Field(default_factory=list)
+
+
 class Export(BaseModel):
     opset: int
     inputs: list[str] = Field(default_factory=lambda: ["input_ids", "attention_mask"])
@@ -286,6 +300,7 @@ class Manifest(BaseModel):
     export: Export | None = None
     in_scope: InScope | None = None
     compound: Compound | None = None
+    conversation: TurnReaderSpec | None = None
 
     @field_validator("labels")
     @classmethod

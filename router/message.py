@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 from router.classification import Classification, RoutingClassifier
 from router.conversation import Turn
@@ -44,21 +45,25 @@ def admit(text: object, max_chars: int) -> Intake:
 
 
 def classify_admitted(
-    classifier: RoutingClassifier, intakes: Sequence[Intake]
+    classifier: RoutingClassifier, intakes: Sequence[Intake], read_turns: bool = False
 ) -> list[tuple[Intake, Classification | None]]:
     """Each message with its Classification (None when the guardrail stopped it). The messages it passes
     are classified in one batch; if the batch fails, message by message, so one message the tokenizer or
-    the graph cannot take costs only its own decision: its intake then says why (``invalid``)."""
+    the graph cannot take costs only its own decision: its intake then says why (``invalid``).
+    ``read_turns``: they follow a turn, and the classifier's turn reader (router.turn_reader) reads them."""
     out: list[tuple[Intake, Classification | None]] = [(intake, None) for intake in intakes]
     todo = [i for i, intake in enumerate(intakes) if intake.passed]
     if not todo:
         return out
+    classify = (
+        partial(classifier.classify_batch, read_turns=True) if read_turns else classifier.classify_batch
+    )
     try:
-        found = list(zip(todo, classifier.classify_batch([intakes[i].text for i in todo]), strict=True))
+        found = list(zip(todo, classify([intakes[i].text for i in todo]), strict=True))
     except Exception:
         if len(todo) > 1:
             for i in todo:
-                out[i] = _classify_alone(classifier, intakes[i])
+                out[i] = _classify_alone(classify, intakes[i])
         else:  # it failed alone: the same call would fail again
             out[todo[0]] = (
                 replace(intakes[todo[0]], invalid="the classifier could not take this text"),
@@ -70,9 +75,9 @@ def classify_admitted(
     return out
 
 
-def _classify_alone(classifier: RoutingClassifier, intake: Intake) -> tuple[Intake, Classification | None]:
+def _classify_alone(classify, intake: Intake) -> tuple[Intake, Classification | None]:
     try:
-        return intake, classifier.classify_batch([intake.text])[0]
+        return intake, classify([intake.text])[0]
     except Exception as e:
         return replace(intake, invalid=f"the classifier could not take this text ({type(e).__name__})"), None
 

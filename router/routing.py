@@ -21,13 +21,16 @@ from router.compound import compound_confidence
 from router.config import RouterConfig, validate_threshold
 from router.conversation import (
     Context,
+    Reading,
     Turn,
+    after_previous,
     carried_intents,
     context_weight,
     conversation_after,
     in_context,
     is_continuation,
     knows_continuations,
+    read_turn,
     resolve_context,
     with_prior,
 )
@@ -66,16 +69,6 @@ class Ask:
     threshold: float  # the primary's own (config ``thresholds``), else the router's
     pair: float  # how sure the model is of its intents together (router.compound.compound_confidence)
     own: bool  # no out-of-scope signal, an intent, and sure of it: routed as classified
-
-
-@dataclass(frozen=True)
-class Reading:
-    """A message that is not a continuation by itself, as read with the turn before it."""
-
-    context: Context | None = None  # the conversation, when it was looked up
-    follow_up: bool = False  # it leans to the conversation's intent
-    out_of_scope: bool = False
-    continuation: float | None = None  # read in context, a continuation: its probability mass
 
 
 @dataclass(frozen=True)
@@ -118,6 +111,8 @@ class Router:
         check_verifier(verifier, self.intents)
         self._grants = SkillGrants(self.config)
         self.conversational = knows_continuations(classifier.labels)
+        # a model with a turn reader reads each message after a turn with it (router.turn_reader)
+        self.reads_turns = self.conversational and getattr(classifier, "turn_reader", None) is not None
         self.context_weight = context_weight(classifier.label_counts)
         self.config_sha = config_hash(self.config)  # which config routed a logged message
 
@@ -164,10 +159,11 @@ class Router:
 
     def _route_batch(self, texts, role, previous=None, context=None) -> list[Decision]:
         _check_arguments(texts, role, context)
-        t0 = time.perf_counter()
-        admitted = classify_admitted(self.classifier, [admit(t, self.config.max_chars) for t in texts])
-        shared_ms = (time.perf_counter() - t0) * 1000 / max(1, len(texts))
         turn = Turn(previous, context)
+        t0 = time.perf_counter()
+        intakes = [admit(t, self.config.max_chars) for t in texts]
+        admitted = classify_admitted(self.classifier, intakes, self.reads_turns and turn.given)
+        shared_ms = (time.perf_counter() - t0) * 1000 / max(1, len(texts))
         return [self._decide(Message(intake, c, role, turn, shared_ms)) for intake, c in admitted]
 
     def _decide(self, m: Message) -> Decision:
@@ -195,10 +191,12 @@ class Router:
             route = Route((match["intent"],), "examples", ReasonCode.MATCHED_EXAMPLES)
             return self._routed(m, c, scope, route)
         ask = self._ask(c, signals)
-        if self.conversational and is_continuation(c, self.threshold, m.turn.given):
+        if self.conversational and c.turn is None and is_continuation(c, self.threshold, m.turn.given):
             return self._continuation(m, c, scope)
         reading = (
-            self._in_conversation(m, c, ask, signals) if self.conversational else _after_previous(m, signals)
+            self._in_conversation(m, c, ask, signals)
+            if self.conversational
+            else after_previous(m.turn, signals)
         )
         if reading.continuation is not None:
             return self._continuation(m, c, scope, reading.context, reading.continuation)
@@ -218,6 +216,9 @@ class Router:
         """``c`` as read after a previous turn, where a continuation is likelier than the training rows
         say (router.conversation.with_prior); ``c`` itself without one, or for a model without the label."""
         if not (self.conversational and m.turn.given):
+            return c
+        if c.turn is not None:  # the turn reader says what it is (router.turn_reader)
+            m.trace.append(step("conversation", "turn", {k: round(p, 6) for k, p in c.turn.items()}))
             return c
         c = with_prior(c, self.context_weight)
         prior = {
@@ -242,6 +243,10 @@ class Router:
         message not sure of its own intent is read after the previous turn (router.conversation.in_context):
         a continuation when its continuation and conversation-intent probabilities together reach the
         threshold, else a follow-up when they lead."""
+        if c.turn is not None:
+            return (
+                Reading() if ask.own else read_turn(c.turn, signals, lambda: self._context(m), self.threshold)
+            )
         ctx = self._context(m) if m.turn.given and not ask.own and "classifier" not in signals else None
         if ctx is None:
             return Reading(out_of_scope=bool(signals))
@@ -369,14 +374,6 @@ class Router:
     def _out_of_scope(self, m: Message, c: Classification, scope: dict, source: str) -> Decision:
         message = "out of scope: the message needs no skill; reply directly without loading any"
         return self._skill_free(m, ReasonCode.OUT_OF_SCOPE, source, True, message, c, scope)
-
-
-def _after_previous(m: Message, signals: list[str]) -> Reading:
-    """For a model without the continuation label: a message out of scope or unsure right after a turn
-    that had an intent may continue it (a follow-up: the verifier, else the previous turn's intents)."""
-    previous = m.turn.previous
-    follow_up = previous is not None and previous.intent is not None
-    return Reading(follow_up=follow_up, out_of_scope=bool(signals) and not follow_up)
 
 
 def _intents(intent: str | None, secondary: str | None) -> tuple[str, ...]:

@@ -179,6 +179,27 @@ def export(
 
 
 @command()
+def fit_turns(
+    model: Annotated[Path | None, Opt(help="Exported model directory (default: the default model).")] = None,
+    conversations: Path = Opt(
+        Path("data/conversations/train.jsonl"), help="Conversations whose later turns it is fitted on."
+    ),
+    train_file: Path | None = Opt(
+        Path("data/train.jsonl"),
+        help="Training rows it is also fitted on (continuations, small talk, requests).",
+    ),
+    seed: int = Opt(42, help="Seed of the share of requests it reads."),
+) -> None:
+    """Fit the turn reader of an exported model (router.turn_reader): after a turn, it tells a
+    continuation from small talk and from a request of its own. 'build' does this after export; 'export'
+    drops a reader fitted on the graph it replaces."""
+    from router.routing import default_model_dir
+    from training.turn_reader import fit_turn_reader
+
+    fit_turn_reader(model or default_model_dir(), conversations, train_file, seed=seed, report=say)
+
+
+@command()
 def recover_body(
     model: Annotated[Path | None, Opt(help="Exported model directory (default: the default model).")] = None,
     out: Path = Opt(..., help="Folder to write the body to (a sentence-transformers model)."),

@@ -50,6 +50,11 @@ class TrainConfig(BaseModel):
         description="The router config the build's evaluation routes with (None: the shipped one); its "
         "intents defined by examples are trained as classes from those examples.",
     )
+    conversation_train_file: Path | None = Field(
+        Path("data/conversations/train.jsonl"),
+        description="Follow-ups written after a request: the turn reader is fitted on them and the training "
+        "rows (training.turn_reader); a model without the CONTINUATION label has none.",
+    )
     conversation_test_file: Path | None = Field(
         Path("data/conversations/test.jsonl"),
         description="Conversations scored by the build's evaluation; not used in training.",

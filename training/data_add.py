@@ -209,9 +209,10 @@ def _texts(path: Path) -> list[tuple[int, str]]:
 
 def evaluation_files(data_dir: Path) -> list[Path]:
     """The files of ``data_dir`` a training row must not overlap (the splits training.corpus.leaks pairs
-    with train, the compound splits and the conversations)."""
+    with train, the compound splits and the conversations but their training file)."""
     top = [p for p in sorted(data_dir.glob("*.jsonl")) if leaks("train", split_of(p))]
-    return [*top, *compound_files(data_dir), *sorted((data_dir / CONVERSATIONS_DIR).glob("*.jsonl"))]
+    talk = [p for p in sorted((data_dir / CONVERSATIONS_DIR).glob("*.jsonl")) if split_of(p) != "train"]
+    return [*top, *compound_files(data_dir), *talk]
 
 
 def _training_files(target: Path, data_dir: Path) -> list[Path]:

@@ -17,6 +17,7 @@ import numpy as np
 
 from router.manifest import Export, Manifest, ModelError, Variant, file_entry, load_manifest
 from router.model_card import graph_scope_metadata, stamp_graph
+from router.turn_reader import FILE as TURN_READER_FILE
 from training.checkpoints import checkpoint_of
 from training.embeddings import add_embeddings
 from training.head import softmax_weights
@@ -145,6 +146,12 @@ def export_model(
 
     model_dir = Path(model_dir)
     manifest = load_manifest(model_dir)
+    if manifest.conversation is not None:  # fitted on the old graph's outputs (training.turn_reader)
+        report(
+            "the turn reader read the previous graph: fit it again on this one ('intent-router fit-turns')"
+        )
+        manifest.conversation = None
+        (model_dir / TURN_READER_FILE).unlink(missing_ok=True)
     if manifest.calibration is None:
         raise ModelError(
             f"{model_dir}: the manifest has no calibration; train with 'intent-router train' first"

@@ -1,5 +1,5 @@
-"""The jobs behind the CLI, as library functions: ``build`` (train -> calibrate -> export -> evaluate),
-``evaluate_model`` (any model, written report), ``speed_benchmark``. Each writes its own result files;
+"""The jobs behind the CLI, as library functions: ``build`` (train -> calibrate -> export -> turn reader
+-> evaluate), ``evaluate_model`` (any model, written report), ``speed_benchmark``. Each writes its own result files;
 ``intent-router`` only parses arguments, calls one of these and prints.
 
     from training.pipeline import build
@@ -35,10 +35,12 @@ def build(
 
     ``out`` defaults to the default model directory (router.routing.default_model_dir). Returns
     ``(manifest, report or None)``; the build's wall time is recorded in the manifest."""
+    from router.intents import CONTINUATION
     from router.manifest import load_manifest
     from router.routing import default_model_dir
     from training.export import export_model
     from training.train import train
+    from training.turn_reader import fit_turn_reader
 
     cfg = config or TrainConfig()
     out = Path(out) if out is not None else default_model_dir()
@@ -57,6 +59,10 @@ def build(
         kept_fp32=cfg.int8_kept_fp32,
         **recipes,
     )
+    turns = cfg.conversation_train_file
+    if turns is not None and Path(turns).is_file() and CONTINUATION in load_manifest(out).labels:
+        report("== turn reader")
+        fit_turn_reader(out, turns, cfg.train_file, seed=cfg.seed, report=report)
     seconds = time.perf_counter() - t0
     manifest = load_manifest(out)
     manifest.training["seconds"]["build_total"] = round(seconds, 2)
