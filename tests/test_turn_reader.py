@@ -110,3 +110,22 @@ def test_a_model_without_a_reader_keeps_the_prior_rule(tmp_path):
     first = r.route("restart the billing worker on prod-3", role="admin")
     d = r.route("cheers, that did it", role="admin", previous=first)
     assert not r.reads_turns and next(s.status for s in d.trace if s.stage == "conversation") == "prior"
+
+
+def test_the_conversation_training_file_shares_no_turn_with_an_evaluation_file():
+    from tests.conftest import ROOT
+    from training.corpus import normalize_text
+    from training.data_add import evaluation_files
+
+    def texts(path):
+        out = set()
+        for line in path.read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            out |= {normalize_text(t["text"]) for t in row.get("turns", [row])}
+        return out
+
+    train = texts(ROOT / "data" / "conversations" / "train.jsonl")
+    held = [p for p in evaluation_files(ROOT / "data") if p.name != "train.jsonl"]
+    assert any(p.parent.name == "conversations" for p in held)
+    for path in held:
+        assert not train & texts(path), path
