@@ -1,9 +1,10 @@
 """Router: guardrail -> classifier -> threshold -> verifier or fallback -> skills -> RBAC -> Decision.
 
 One message through ``Router.route``: router.message admits it (guardrail) and classifies the batch it is
-part of; ``Router._classified`` then reads the Classification in named steps (the prior after a turn,
-intents defined by examples, continuation, out of scope, its own intent or the verifier and fallback),
-each adding its step to the message's trace, and ``_routed`` or ``_skill_free`` builds the Decision once.
+part of; ``Router._classified`` then reads the Classification in named steps (the turn reader's reading
+or the prior after a turn, intents defined by examples, continuation, out of scope, its own intent or the
+verifier and fallback), each adding its step to the message's trace, and ``_routed`` or ``_skill_free``
+builds the Decision once.
 """
 
 from __future__ import annotations
