@@ -243,7 +243,8 @@ class Router:
         """For a model that knows continuations: small talk is out of scope whatever came before; any other
         message not sure of its own intent is read after the previous turn (router.conversation.in_context):
         a continuation when its continuation and conversation-intent probabilities together reach the
-        threshold, else a follow-up when they lead."""
+        threshold, else a follow-up when they lead. With a turn reader, its verdict decides instead
+        (router.conversation.read_turn)."""
         if c.turn is not None:
             return (
                 Reading() if ask.own else read_turn(c.turn, signals, lambda: self._context(m), self.threshold)
