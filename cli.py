@@ -69,6 +69,7 @@ bench_app.command("dataset")(measure.bench_dataset)
 bench_app.command("examples")(measure.bench_examples)
 bench_app.command("project")(measure.bench_project)
 bench_app.command("scope")(measure.bench_scope)
+bench_app.command("encoders")(measure.bench_encoders)
 bench_app.command("serve")(files.bench_serve)
 bench_app.command("score")(files.bench_score)
 

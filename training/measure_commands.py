@@ -296,3 +296,50 @@ def bench_scope(
         out.write_text(json.dumps(result, indent=2) + "\n")
         console.print(f"wrote {out}")
     return result
+
+
+@command()
+def bench_encoders(
+    encoder: Annotated[
+        list[str],
+        Opt(help="A sentence encoder: a local folder or a hub name; repeatable (compare several)."),
+    ],
+    train: Path = Opt(Path("data/train.jsonl"), help="Labelled rows the probe's head is fitted on."),
+    data: Annotated[
+        list[Path] | None,
+        Opt(help="Labelled files to score; repeatable (default: data/dev.jsonl and data/test.jsonl)."),
+    ] = None,
+    clinc: Annotated[
+        Path | None,
+        Opt(help="CLINC150 (data_full.json or its folder): its side-effect intents and small talk."),
+    ] = None,
+    out: Path | None = Opt(None, help="Write the results JSON here."),
+) -> dict:
+    """A linear probe of frozen sentence encoders: a logistic head on each one's embeddings of the training
+    rows, scored on each file (and CLINC150's scope groups), with the encode rate (training/encoder_probe.py)."""
+    import json
+
+    from training.encoder_probe import run_probe
+
+    files = data or [Path("data/dev.jsonl"), Path("data/test.jsonl")]
+    try:
+        result = run_probe(encoder, train, files, clinc, report=say)
+    except (ValueError, OSError) as e:  # a bad file or encoder name (DataError is a ValueError)
+        raise fail(str(e), code=2) from None
+    sets = list(result["encoders"][0]["sets"])
+    header = ["encoder", "texts/s", *sets] + (["CLINC150 ACTION", "CLINC150 small talk"] if clinc else [])
+    rows = []
+    for r in result["encoders"]:
+        row = [r["encoder"], f"{r['texts_per_second']:.0f}"]
+        row += [f"{r['sets'][s]['accuracy']:.1%}" for s in sets]
+        if clinc:
+            row += [
+                f"{r['clinc150']['side_effect_action']:.1%}",
+                f"{r['clinc150']['small_talk_out_of_scope']:.1%}",
+            ]
+        rows.append(row)
+    table(f"linear probe, head fitted on {train} ({result['train']['rows']} rows)", header, rows)
+    if out:
+        out.write_text(json.dumps(result, indent=2) + "\n")
+        console.print(f"wrote {out}")
+    return result
