@@ -34,6 +34,7 @@ DEFAULT_C = 10.0
 
 def probe_encoder(
     encoder: str,
+    name: str,
     train: tuple[Sequence[str], Sequence[str]],
     evaluations: Mapping[str, tuple[Sequence[str], Sequence[str]]],
     clinc: Mapping[str, Sequence[str]] | None = None,
@@ -42,8 +43,8 @@ def probe_encoder(
     batch_size: int = 64,
     report: Reporter = print,
 ) -> dict:
-    """One encoder's figures: encode rate, accuracy (and in-scope accuracy) per evaluation set, and the
-    CLINC150 shares when ``clinc`` holds its ``side_effect`` and ``small_talk`` texts."""
+    """One encoder's figures, under ``name``: encode rate, accuracy (and in-scope accuracy) per evaluation
+    set, and the CLINC150 shares when ``clinc`` holds its ``side_effect`` and ``small_talk`` texts."""
     from sentence_transformers import SentenceTransformer
     from sklearn.linear_model import LogisticRegression
 
@@ -60,10 +61,10 @@ def probe_encoder(
     t0 = time.perf_counter()
     x = embed(texts)
     rate = len(texts) / (time.perf_counter() - t0)
-    report(f"{encoder}: {len(texts)} training rows embedded at {rate:.0f} texts/s (dim {x.shape[1]})")
+    report(f"{name}: {len(texts)} training rows embedded at {rate:.0f} texts/s (dim {x.shape[1]})")
     head = LogisticRegression(C=c, max_iter=3000).fit(x, list(labels))
-    out: dict = {  # a local folder by its name only: the results name no machine's paths
-        "encoder": Path(encoder).name if Path(encoder).expanduser().is_dir() else encoder,
+    out: dict = {
+        "encoder": name,
         "dimension": int(x.shape[1]),
         "texts_per_second": round(rate, 1),
         "sets": {},
@@ -110,27 +111,25 @@ def run_probe(
     if not encoders:
         raise ValueError("name at least one encoder (a local folder or a hub name)")
     rows = load_labeled(train_file)
-    if len(set(rows.labels)) < 2:
+    labels = sorted(set(rows.labels))
+    if len(labels) < 2:
         raise ValueError(f"{train_file}: a probe needs at least two labels")
     evaluations = {}
     for f in eval_files:
-        data = load_labeled(f, labels=sorted(set(rows.labels)))
+        data = load_labeled(f, labels=labels)
         evaluations[_set_name(f, evaluations)] = (data.texts, data.labels)
     groups = None
     if clinc is not None:
         g = scope_groups(clinc)
         groups = {k: [t for t, _ in g[k]] for k in ("side_effect", "small_talk")}
     results = [
-        probe_encoder(e, (rows.texts, rows.labels), evaluations, groups, c=c, report=report) for e in encoders
+        probe_encoder(e, name, (rows.texts, rows.labels), evaluations, groups, c=c, report=report)
+        for e, name in zip(encoders, _encoder_names(encoders), strict=True)
     ]
-    names = [r["encoder"] for r in results]
-    for r, e in zip(results, encoders, strict=True):  # two folders of one name: "model/checkpoint"
-        if names.count(r["encoder"]) > 1 and Path(e).expanduser().is_dir():
-            r["encoder"] = f"{Path(e).expanduser().resolve().parent.name}/{r['encoder']}"
     return {
         "benchmark": "encoder-probe",
         "created_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "train": {"file": str(train_file), "rows": len(rows.texts), "labels": sorted(set(rows.labels))},
+        "train": {"file": str(train_file), "rows": len(rows.texts), "labels": labels},
         "head": {"kind": "logistic regression on frozen normalised embeddings", "C": c},
         "encoders": results,
     }
@@ -141,3 +140,15 @@ def _set_name(path: str | Path, taken: Mapping[str, object]) -> str:
     p = Path(path)
     name = p.stem
     return name if name not in taken else f"{p.parent.name}/{name}"
+
+
+def _encoder_names(encoders: Sequence[str]) -> list[str]:
+    """How the results name each encoder: a hub name as given, a local folder by its name only (the
+    results name no machine's paths), with its parent's name when two folders share one
+    ("intent-minilm/checkpoint")."""
+    local = [Path(e).expanduser() for e in encoders]
+    names = [p.name if p.is_dir() else e for p, e in zip(local, encoders, strict=True)]
+    return [
+        f"{p.resolve().parent.name}/{n}" if p.is_dir() and names.count(n) > 1 else n
+        for p, n in zip(local, names, strict=True)
+    ]

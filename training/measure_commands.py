@@ -317,9 +317,8 @@ def bench_encoders(
 ) -> dict:
     """A linear probe of frozen sentence encoders: a logistic head on each one's embeddings of the training
     rows, scored on each file (and CLINC150's scope groups), with the encode rate (training/encoder_probe.py)."""
-    import json
-
     from training.encoder_probe import run_probe
+    from training.pipeline import write_json
 
     files = data or [Path("data/dev.jsonl"), Path("data/test.jsonl")]
     try:
@@ -340,6 +339,5 @@ def bench_encoders(
         rows.append(row)
     table(f"linear probe, head fitted on {train} ({result['train']['rows']} rows)", header, rows)
     if out:
-        out.write_text(json.dumps(result, indent=2) + "\n")
-        console.print(f"wrote {out}")
+        console.print(f"wrote {write_json(result, out)}")
     return result
