@@ -28,9 +28,11 @@ def _verifier(server):
     return LLMVerifier(VerifierSettings(base_url=server.base_url, model="m", timeout=2.0))
 
 
-def test_shipped_model_knows_out_of_scope(router):
+def test_shipped_model_calls_out_of_scope_by_its_trained_class(router):
+    """The default model is built without the in-scope distance (training/configs/default.yaml): its
+    OUT_OF_SCOPE class decides. A model built with one has both signals (the tiny model, below)."""
     assert "OUT_OF_SCOPE" in router.classifier.labels
-    assert router.classifier.distance_threshold is not None
+    assert router.classifier.distance_threshold is None
 
 
 @pytest.mark.parametrize("text", ["hi there!", "thanks so much 🙏", "are you a bot?", "see you tomorrow"])
@@ -57,12 +59,14 @@ def test_chit_chat_with_a_request_stays_in_scope(router, text, intent):
     assert d.ranking[0].intent == intent
 
 
-def test_distance_signal_alone_calls_a_message_out_of_scope(router):
+@pytest.mark.slow
+def test_distance_signal_alone_calls_a_message_out_of_scope(tiny_exported, router):
     """With a distance threshold below every message, a confident ACTION request is out of scope by the
     distance signal alone (the trained class does not fire)."""
-    clf = Classifier(SHIPPED)
+    clf = Classifier(tiny_exported[0])
+    assert clf.distance_threshold is not None  # the tiny model is built with the distance
     clf.distance_threshold = 1e-6
-    d = Router(clf, router.config).route("restart the indexing service on prod-2", role="admin")
+    d = Router(clf, router.config).route("restart the indexing service", role="admin")
     assert d.reason_code.value == "out_of_scope" and d.scope.signals == ["distance"]
     assert d.scope.distance > d.scope.distance_threshold
 

@@ -29,6 +29,11 @@ class TrainConfig(BaseModel):
     train_file: Path = Field(
         Path("data/train.jsonl"), description="Labelled training rows; their labels are the model's."
     )
+    heads_only_file: Path | None = Field(
+        None,
+        description="More labelled single-intent rows that train the heads (softmax head, in-scope distance, "
+        "compound head) and not the contrastive phase, which fine-tunes the body on train_file alone.",
+    )
     dev_file: Path = Field(
         Path("data/dev.jsonl"), description="Temperature, in-scope distance threshold and model selection."
     )

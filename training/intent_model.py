@@ -73,12 +73,14 @@ class IntentModel(CompoundReading):
         report: Reporter = print,
         show_progress: bool = True,
         secondary: Sequence[str | None] | None = None,
+        body: Sequence[bool] | None = None,
     ) -> IntentModel:
         """Contrastive body fine-tuning, then the logistic head, with the config's hyperparameters (its
         file fields are not read). The temperature is reset to 1; ``calibrate`` fits it.
 
         ``secondary`` names the second intent of compound rows (None for single-intent ones). The body and
-        the softmax head learn from the single-intent rows; every row trains the compound head
+        the softmax head learn from the single-intent rows (the body only from those ``body`` marks, when
+        given: the config's ``heads_only_file`` rows train the heads alone); every row trains the compound head
         (training.compound_head). Tried and dropped: compound rows as pair classes in the contrastive
         phase, and as their primary in the softmax head (single-intent accuracy fell, compound recall
         did not rise)."""
@@ -86,8 +88,11 @@ class IntentModel(CompoundReading):
         config = self.config
         texts, labels = list(texts), list(labels)
         secondary = list(secondary) if secondary is not None else [None] * len(texts)
-        if len(texts) != len(labels) or len(secondary) != len(texts):
-            raise ValueError(f"{len(texts)} texts but {len(labels)} labels / {len(secondary)} secondaries")
+        body = list(body) if body is not None else [True] * len(texts)
+        if len(texts) != len(labels) or len(secondary) != len(texts) or len(body) != len(texts):
+            raise ValueError(
+                f"{len(texts)} texts but {len(labels)} labels / {len(secondary)} secondaries / {len(body)} marks"
+            )
         labels_in_data = sorted(set(labels))
         if len(labels_in_data) < 2:
             raise ValueError(f"need at least two labels to train, found {labels_in_data}")
@@ -104,11 +109,12 @@ class IntentModel(CompoundReading):
 
         single = [i for i, s in enumerate(secondary) if s is None]
         ds = Dataset.from_dict({"text": [texts[i] for i in single], "label": [labels[i] for i in single]})
+        body_ds = ds.select([k for k, i in enumerate(single) if body[i]])
         with tempfile.TemporaryDirectory(prefix="setfit-") as tmp:
             args = training_arguments(config, tmp)
             trainer, body_seconds = contrastive_phase(
                 model,
-                ds,
+                body_ds,
                 args,
                 config,
                 teacher=teacher,

@@ -63,6 +63,9 @@ def train(
     unknown = [i for i in config.intents or [] if i not in labels_in_data]
     if unknown:
         raise ValueError(f"intents {unknown} of the training config are not labels of {config.train_file}")
+    heads_only = (
+        load_labeled(config.heads_only_file, labels=labels_in_data) if config.heads_only_file else None
+    )
     dev_rows = load_labeled(config.dev_file, labels=labels_in_data)
     test_rows = load_labeled(config.test_file, labels=labels_in_data) if config.test_file else None
 
@@ -78,9 +81,15 @@ def train(
         raise ValueError(
             "the compound head needs both compound_train_file and compound_dev_file (or neither)"
         )
-    fit_rows = _joined(train_rows, compound["train"])
+    head_rows = _joined(train_rows, heads_only)
+    fit_rows = _joined(head_rows, compound["train"])
     model = IntentModel(config).fit(
-        fit_rows.texts, fit_rows.labels, report, show_progress, secondary=fit_rows.secondary
+        fit_rows.texts,
+        fit_rows.labels,
+        report,
+        show_progress,
+        secondary=fit_rows.secondary,
+        body=[i < len(train_rows) for i in range(len(fit_rows))],
     )
     labels = model.labels
     t0 = time.perf_counter()
@@ -109,7 +118,8 @@ def train(
 
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save(out_dir / CHECKPOINT_DIR)
-    data_files = [config.train_file, config.dev_file] + ([config.test_file] if config.test_file else [])
+    data_files = [config.train_file, *([config.heads_only_file] if heads_only else []), config.dev_file]
+    data_files += [config.test_file] if config.test_file else []
     data_files += [Path(r.source) for r in compound.values() if r is not None]
     manifest = Manifest(
         name=config.name,
@@ -123,6 +133,7 @@ def train(
                 exclude={
                     "name",
                     "train_file",
+                    "heads_only_file",
                     "dev_file",
                     "test_file",
                     "compound_train_file",
@@ -134,12 +145,13 @@ def train(
                 "files": _data_digest(data_files),
                 "rows": {
                     "train": len(train_rows),
+                    **({"heads_only": len(heads_only)} if heads_only else {}),
                     "dev": len(dev_rows),
                     "test": len(test_rows) if test_rows else 0,
                     **{f"compound_{k}": len(r) for k, r in compound.items() if r is not None},
                 },
-                "label_counts": {
-                    label: train_rows.labels.count(label) for label in sorted(set(train_rows.labels))
+                "label_counts": {  # of the rows the softmax head learned its prior from
+                    label: head_rows.labels.count(label) for label in sorted(set(head_rows.labels))
                 },
             },
             "versions": package_versions(VERSIONED_PACKAGES),
