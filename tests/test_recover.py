@@ -152,8 +152,9 @@ def test_an_exported_model_without_its_checkpoint_teaches_a_student(tiny_exporte
 
 def test_the_shipped_model_comes_back_as_the_checkpoint_its_build_would_have_left(tmp_path):
     """With its heads read from the graph too, the default model loads as a checkpoint whose calibrated
-    probabilities, in-scope distances and one-vs-rest intent scores are the router's, up to the graph's int8
-    activations, on text the probe did not see; and the in-scope flag and top label are the same."""
+    probabilities and one-vs-rest intent scores are the router's, up to the graph's int8 activations, on
+    text the probe did not see; and the top label is the same. It is built without the in-scope distance
+    (training/configs/default.yaml); a model with one gets it back too (the tiny model's test below)."""
     from router.classifier import Classifier
     from router.manifest import load_manifest
     from training.intent_model import IntentModel
@@ -161,7 +162,7 @@ def test_the_shipped_model_comes_back_as_the_checkpoint_its_build_would_have_lef
     from training.recover import RECOVERY_NOTE
 
     note = recover_model(SHIPPED, tmp_path / "checkpoint", report=lambda _: None)
-    assert note["top1_agreement"] == 1.0 and note["in_scope_agreement"] == 1.0
+    assert note["top1_agreement"] == 1.0 and "in_scope_agreement" not in note
     assert note["max_abs_prob_diff"] < 0.01 and note["max_abs_score_diff"] < 0.01
     assert (
         json.loads((tmp_path / "checkpoint" / RECOVERY_NOTE).read_text())["max_abs_prob_diff"]
@@ -170,18 +171,37 @@ def test_the_shipped_model_comes_back_as_the_checkpoint_its_build_would_have_lef
     manifest = load_manifest(SHIPPED)
     model = IntentModel.load(tmp_path / "checkpoint", manifest=manifest)
     assert model.labels == list(manifest.labels) and model.temperature == manifest.calibration.temperature
-    assert model.scope is not None and model.compound is not None
+    assert model.scope is None and manifest.in_scope is None and model.compound is not None
     texts = [json.loads(line)["text"] for line in (ROOT / "data" / "dev.jsonl").open()][:60]
     texts += ["hey there, how's your day going?", "find the q3 deck and email it to maria"]
     ours, distance = model.predict_with_distance(texts)
     router = Classifier(SHIPPED)
     theirs, their_distance, their_scores, *_ = router.predict_compound(texts)
+    assert distance is None and their_distance is None
     assert (ours.argmax(axis=1) == theirs.argmax(axis=1)).all()
     assert np.abs(ours - theirs).max() < 0.1  # 0.049 on dev, test and oos.jsonl
-    assert np.abs(distance - their_distance).max() / their_distance.max() < 0.05
-    limit = manifest.in_scope.threshold
-    assert ((distance > limit) == (their_distance > limit)).all()
     assert np.abs(model.compound.scores(model.encode(texts)) - their_scores).max() < 0.1
+
+
+@pytest.mark.slow
+def test_a_model_with_the_in_scope_distance_comes_back_with_it(tiny_exported, tmp_path):
+    """The tiny model is built with the in-scope distance: read back from its graph, the checkpoint's
+    distances are the graph's, and the in-scope flag agrees on every probe text."""
+    import shutil
+
+    from router.classifier import Classifier
+    from training.intent_model import IntentModel
+    from training.readback import recover_model
+
+    copy = tmp_path / "model"  # its int8 graph runs int8 activations: the body comes from the fp32 one
+    shutil.copytree(tiny_exported[0], copy, ignore=shutil.ignore_patterns("checkpoint"))
+    note = recover_model(copy, tmp_path / "checkpoint", report=lambda _: None)
+    assert note["in_scope_agreement"] == 1.0
+    model = IntentModel.load(tmp_path / "checkpoint", manifest=tiny_exported[1])
+    texts = ["find the vpn guide", "restart the staging cluster", "lol ok", "why did q3 dip"]
+    _, distance = model.predict_with_distance(texts)
+    _, their_distance = Classifier(copy, variant="fp32").predict(texts)
+    assert np.abs(distance - their_distance).max() / their_distance.max() < 0.05
 
 
 def test_a_graph_whose_head_scale_is_not_the_manifests_temperature_is_refused(tmp_path):

@@ -38,8 +38,8 @@ CRAFTED = [
     "Restart the billing worker in EU-west 3!",
     "restart   the billing worker in eu-west 12.",
 ]
-# every sixth dev message: about 150, of every label, out of scope and continuations included
-DEV = [json.loads(line)["text"] for line in (ROOT / "data/dev.jsonl").read_text().splitlines()[::6]]
+# every fourth dev message: about 220, of every label, out of scope and continuations included
+DEV = [json.loads(line)["text"] for line in (ROOT / "data/dev.jsonl").read_text().splitlines()[::4]]
 WITH_VERIFIER = DEV[100:]  # routed by a router with a scripted verifier
 
 
@@ -58,7 +58,7 @@ class ScriptedVerifier:
 
 @pytest.fixture(scope="module")
 def log(tmp_path_factory):
-    """About 170 records: dev messages, exact and near duplicates, and verifier outcomes."""
+    """About 240 records: dev messages, exact and near duplicates, and verifier outcomes."""
     from router import Router
 
     router = Router.load(SHIPPED)
