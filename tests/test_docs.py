@@ -30,7 +30,8 @@ def test_every_training_option_is_documented_with_its_default():
     fields = TrainConfig.model_fields
     assert sorted(rows) == sorted(fields), "docs/own-intents.md's option table differs from TrainConfig"
     for name, field in fields.items():
-        assert rows[name] == _default(field.default), f"{name}: documented default {rows[name]!r}"
+        default = field.get_default(call_default_factory=True)
+        assert rows[name] == _default(default), f"{name}: documented default {rows[name]!r}"
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))

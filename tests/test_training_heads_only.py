@@ -1,5 +1,6 @@
-"""Rows of ``heads_only_file`` train the heads and not the contrastive phase (training.train, a real
-SetFit run on the tiny fixture corpus)."""
+"""Which rows train what (training.train, real SetFit runs on the tiny fixture corpus): ``heads_only_file``
+rows train the heads and not the contrastive phase; ``more_train_files`` rows train both, as the train
+file's do."""
 
 from __future__ import annotations
 
@@ -21,12 +22,14 @@ EVERYDAY = [
 ]
 
 
-@pytest.mark.slow
-def test_heads_only_rows_reach_the_heads_and_not_the_contrastive_phase(tmp_path, monkeypatch):
-    from training.train import train
+def _everyday_file(tmp_path):
+    path = tmp_path / "train_everyday.jsonl"
+    path.write_text("".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in EVERYDAY))
+    return path
 
-    everyday = tmp_path / "train_everyday.jsonl"
-    everyday.write_text("".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in EVERYDAY))
+
+def _record_contrastive_rows(monkeypatch) -> list[list[str]]:
+    """The texts each contrastive phase receives, as the phase is run."""
     seen: list[list[str]] = []
     contrastive_rows = fit_phases.contrastive_rows
 
@@ -35,6 +38,14 @@ def test_heads_only_rows_reach_the_heads_and_not_the_contrastive_phase(tmp_path,
         return contrastive_rows(ds, oos_rows, seed)
 
     monkeypatch.setattr(fit_phases, "contrastive_rows", recording)
+    return seen
+
+
+@pytest.mark.slow
+def test_heads_only_rows_reach_the_heads_and_not_the_contrastive_phase(tmp_path, monkeypatch):
+    from training.train import train
+
+    everyday, seen = _everyday_file(tmp_path), _record_contrastive_rows(monkeypatch)
     config = tiny_config(heads_only_file=everyday, max_steps=10)
     manifest = train(config, tmp_path / "model", report=lambda _: None, show_progress=False)
 
@@ -47,13 +58,56 @@ def test_heads_only_rows_reach_the_heads_and_not_the_contrastive_phase(tmp_path,
     assert "heads_only_file" not in manifest.training["hyperparameters"]
 
 
-def test_heads_only_rows_must_use_the_train_files_labels(tmp_path):
+@pytest.mark.parametrize("option", ["heads_only_file", "more_train_files"])
+def test_rows_outside_the_train_file_must_use_its_labels(tmp_path, option):
     from eval.data_sources import DataError
     from training.train import train
 
-    odd = tmp_path / "train_everyday.jsonl"
+    odd = tmp_path / "train_garden.jsonl"
     odd.write_text(json.dumps({"text": "water the plants at six", "label": "GARDENING"}) + "\n")
+    config = tiny_config(**{option: odd if option == "heads_only_file" else [odd]})
     with pytest.raises((DataError, ValueError), match="GARDENING"):
-        train(
-            tiny_config(heads_only_file=odd), tmp_path / "model", report=lambda _: None, show_progress=False
-        )
+        train(config, tmp_path / "model", report=lambda _: None, show_progress=False)
+
+
+@pytest.mark.slow
+def test_heads_only_weight_repeats_the_rows_in_the_softmax_head(tmp_path, monkeypatch):
+    from setfit import Trainer
+
+    from training.train import train
+
+    everyday = _everyday_file(tmp_path)
+    seen: list[list[str]] = []
+    train_classifier = Trainer.train_classifier
+
+    def recording(self, x_train, y_train, args=None):
+        seen.append(list(x_train))
+        return train_classifier(self, x_train, y_train, args=args)
+
+    monkeypatch.setattr(Trainer, "train_classifier", recording)
+    config = tiny_config(heads_only_file=everyday, heads_only_weight=3, max_steps=10)
+    manifest = train(config, tmp_path / "model", report=lambda _: None, show_progress=False)
+
+    (head_texts,) = seen
+    train_texts = [json.loads(line)["text"] for line in config.train_file.read_text().splitlines()]
+    assert head_texts[: len(train_texts)] == train_texts  # the train file's rows once each
+    assert head_texts[len(train_texts) :] == [t for t, _ in EVERYDAY for _ in range(3)]
+    assert manifest.training["data"]["label_counts"]["ACTION"] == 8 + 2 * 3  # the prior the head learned
+    assert manifest.training["hyperparameters"]["heads_only_weight"] == 3
+
+
+@pytest.mark.slow
+def test_more_train_files_rows_reach_the_contrastive_phase_after_the_train_files(tmp_path, monkeypatch):
+    from training.train import train
+
+    everyday, seen = _everyday_file(tmp_path), _record_contrastive_rows(monkeypatch)
+    config = tiny_config(more_train_files=[everyday], max_steps=10)
+    manifest = train(config, tmp_path / "model", report=lambda _: None, show_progress=False)
+
+    (body_texts,) = seen
+    train_texts = [json.loads(line)["text"] for line in config.train_file.read_text().splitlines()]
+    assert body_texts == train_texts + [t for t, _ in EVERYDAY]
+    data = manifest.training["data"]
+    assert data["rows"]["train"] == len(train_texts) + len(EVERYDAY) and str(everyday) in data["files"]
+    assert data["label_counts"]["ACTION"] == 8 + 2
+    assert "more_train_files" not in manifest.training["hyperparameters"]

@@ -29,10 +29,21 @@ class TrainConfig(BaseModel):
     train_file: Path = Field(
         Path("data/train.jsonl"), description="Labelled training rows; their labels are the model's."
     )
+    more_train_files: list[Path] = Field(
+        default_factory=list,
+        description="More labelled single-intent rows that train the body and the heads as train_file's do, "
+        "kept in files of their own (a domain each, say); they may use only train_file's labels.",
+    )
     heads_only_file: Path | None = Field(
         None,
         description="More labelled single-intent rows that train the heads (softmax head, in-scope distance, "
         "compound head) and not the contrastive phase, which fine-tunes the body on train_file alone.",
+    )
+    heads_only_weight: int = Field(
+        1,
+        ge=1,
+        description="Times each heads_only_file row counts in the softmax head (its rows repeated): above 1, "
+        "requests from outside the body's domains weigh as much as the rows the body was fine-tuned on.",
     )
     dev_file: Path = Field(
         Path("data/dev.jsonl"), description="Temperature, in-scope distance threshold and model selection."

@@ -74,13 +74,15 @@ class IntentModel(CompoundReading):
         show_progress: bool = True,
         secondary: Sequence[str | None] | None = None,
         body: Sequence[bool] | None = None,
+        head_repeats: Sequence[int] | None = None,
     ) -> IntentModel:
         """Contrastive body fine-tuning, then the logistic head, with the config's hyperparameters (its
         file fields are not read). The temperature is reset to 1; ``calibrate`` fits it.
 
         ``secondary`` names the second intent of compound rows (None for single-intent ones). The body and
         the softmax head learn from the single-intent rows (the body only from those ``body`` marks, when
-        given: the config's ``heads_only_file`` rows train the heads alone); every row trains the compound head
+        given: the config's ``heads_only_file`` rows train the heads alone; ``head_repeats`` counts each row
+        that many times in the softmax head, default once); every row trains the compound head
         (training.compound_head). Tried and dropped: compound rows as pair classes in the contrastive
         phase, and as their primary in the softmax head (single-intent accuracy fell, compound recall
         did not rise)."""
@@ -89,10 +91,19 @@ class IntentModel(CompoundReading):
         texts, labels = list(texts), list(labels)
         secondary = list(secondary) if secondary is not None else [None] * len(texts)
         body = list(body) if body is not None else [True] * len(texts)
-        if len(texts) != len(labels) or len(secondary) != len(texts) or len(body) != len(texts):
+        repeats = list(head_repeats) if head_repeats is not None else [1] * len(texts)
+        if (
+            len(labels) != len(texts)
+            or len(secondary) != len(texts)
+            or len(body) != len(texts)
+            or len(repeats) != len(texts)
+        ):
             raise ValueError(
                 f"{len(texts)} texts but {len(labels)} labels / {len(secondary)} secondaries / {len(body)} marks"
+                f" / {len(repeats)} repeats"
             )
+        if any(r < 1 for r in repeats):
+            raise ValueError("head_repeats must be at least 1 for every row")
         labels_in_data = sorted(set(labels))
         if len(labels_in_data) < 2:
             raise ValueError(f"need at least two labels to train, found {labels_in_data}")
@@ -110,6 +121,7 @@ class IntentModel(CompoundReading):
         single = [i for i, s in enumerate(secondary) if s is None]
         ds = Dataset.from_dict({"text": [texts[i] for i in single], "label": [labels[i] for i in single]})
         body_ds = ds.select([k for k, i in enumerate(single) if body[i]])
+        head_ds = ds.select([k for k, i in enumerate(single) for _ in range(repeats[i])])
         with tempfile.TemporaryDirectory(prefix="setfit-") as tmp:
             args = training_arguments(config, tmp)
             trainer, body_seconds = contrastive_phase(
@@ -130,7 +142,7 @@ class IntentModel(CompoundReading):
                     model, config, texts, by_text, head_params, report, show_progress
                 )
             t0 = time.perf_counter()
-            trainer.train_classifier(*trainer.dataset_to_parameters(ds), args=args)
+            trainer.train_classifier(*trainer.dataset_to_parameters(head_ds), args=args)
             head_seconds = time.perf_counter() - t0
         report(f"head fitted: {head_seconds:.1f}s")
         self.setfit, self.temperature = model, 1.0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import platform
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -63,6 +64,8 @@ def train(
     unknown = [i for i in config.intents or [] if i not in labels_in_data]
     if unknown:
         raise ValueError(f"intents {unknown} of the training config are not labels of {config.train_file}")
+    for path in config.more_train_files:
+        train_rows = _joined(train_rows, load_labeled(path, labels=labels_in_data))
     heads_only = (
         load_labeled(config.heads_only_file, labels=labels_in_data) if config.heads_only_file else None
     )
@@ -90,6 +93,10 @@ def train(
         show_progress,
         secondary=fit_rows.secondary,
         body=[i < len(train_rows) for i in range(len(fit_rows))],
+        head_repeats=[
+            config.heads_only_weight if len(train_rows) <= i < len(head_rows) else 1
+            for i in range(len(fit_rows))
+        ],
     )
     labels = model.labels
     t0 = time.perf_counter()
@@ -118,7 +125,8 @@ def train(
 
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save(out_dir / CHECKPOINT_DIR)
-    data_files = [config.train_file, *([config.heads_only_file] if heads_only else []), config.dev_file]
+    data_files = [config.train_file, *config.more_train_files]
+    data_files += [*([config.heads_only_file] if heads_only else []), config.dev_file]
     data_files += [config.test_file] if config.test_file else []
     data_files += [Path(r.source) for r in compound.values() if r is not None]
     manifest = Manifest(
@@ -133,6 +141,7 @@ def train(
                 exclude={
                     "name",
                     "train_file",
+                    "more_train_files",
                     "heads_only_file",
                     "dev_file",
                     "test_file",
@@ -150,9 +159,7 @@ def train(
                     "test": len(test_rows) if test_rows else 0,
                     **{f"compound_{k}": len(r) for k, r in compound.items() if r is not None},
                 },
-                "label_counts": {  # of the rows the softmax head learned its prior from
-                    label: head_rows.labels.count(label) for label in sorted(set(head_rows.labels))
-                },
+                "label_counts": _head_counts(train_rows, heads_only, config.heads_only_weight),
             },
             "versions": package_versions(VERSIONED_PACKAGES),
             "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
@@ -226,6 +233,14 @@ def _with_example_intents(rows, router_config: Path | None, report: Reporter):
     )
     added.rows = list(range(1, len(extra) + 1))
     return _joined(rows, added)
+
+
+def _head_counts(train_rows, heads_only, weight: int) -> dict[str, int]:
+    """Rows per label the softmax head learned its prior from, a heads-only row counted ``weight`` times."""
+    counts = Counter(train_rows.labels)
+    for label in heads_only.labels if heads_only else []:
+        counts[label] += weight
+    return dict(sorted(counts.items()))
 
 
 def _joined(rows, extra):
