@@ -319,6 +319,42 @@ def test_sighup_reloads_the_files_in_place_and_keeps_the_old_model_if_they_are_b
     assert record["model_id"] == model_id(FAST) and record["message"] == "where is the travel policy"
 
 
+@pytest.mark.slow
+def test_a_reload_reads_the_key_file_again_and_keeps_the_old_keys_if_it_is_broken(tmp_path):
+    """Keys are added, rotated and revoked without a restart: a reload reads the key file again. A key file
+    that does not load fails the reload, and the keys and model of before keep serving."""
+    from router.serve.auth import hash_key
+
+    kf = key_file(tmp_path)
+    rotated = "ir_ops-rotated-key-0123456789abcdef"
+    body = {"role": "viewer", "message": "where is the travel policy"}
+    s = Server("--key-file", str(kf), tmp=tmp_path)
+    try:
+        assert s.route(body, headers={"X-API-Key": KEY_READER}).status_code == 200
+        assert error(s.route(body, headers={"X-API-Key": rotated}))["code"] == "bad_key"
+        kf.write_text(
+            "keys:\n"
+            f"  - {{id: rotated, sha256: {hash_key(rotated)}, roles: [viewer]}}\n"
+            f"  - {{id: deployer, sha256: {hash_key(KEY_ADMIN)}, admin: true}}\n"
+        )
+        r = reload(s)  # the admin key is in both files
+        assert r.status_code == 200, r.text
+        assert s.route(body, headers={"X-API-Key": rotated}).status_code == 200
+        assert error(s.route(body, headers={"X-API-Key": KEY_READER}))["code"] == "bad_key"  # revoked
+
+        kf.write_text("keys:\n  - {id: rotated, sha256: not-a-hash, roles: [viewer]}\n")
+        s.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "reload failed (SIGHUP)" in s.output(), what="a logged reload failure")
+        assert "'sha256' must be 64 hex digits" in s.output()
+        r = reload(s)  # the admin key of before still authenticates
+        e = error(r)
+        assert r.status_code == 422 and e["code"] == "reload_failed" and "64 hex digits" in e["message"]
+        assert e["message"].startswith("nothing was reloaded, still serving")
+        assert s.route(body, headers={"X-API-Key": rotated}).status_code == 200
+    finally:
+        s.stop()
+
+
 # ---------------------------------------------------------------------------------- workers
 def route_anew(s: Server, message: str) -> httpx.Response:
     """On a new connection, which either worker may accept."""

@@ -3,7 +3,9 @@ the API keys, the decision log and the metrics; loading at start-up, and reloadi
 
 A reload (SIGHUP, or POST /admin/reload) builds the new Router beside the old one (``build_router``:
 sha256 of the model files checked, canary message routed), then swaps it in; requests in flight finish on
-the old one and /readyz stays 200. A load that fails leaves the old Router serving and says why.
+the old one and /readyz stays 200. A load that fails leaves the old Router serving and says why. A reload
+reads the key file again too, so keys are added, rotated or revoked without a restart; a key file that
+does not load fails the reload, and the old keys and Router keep serving.
 
 With several worker processes (router.serve.workers) the workers share a run directory. A worker that
 reloads on an admin request writes the new paths there (``target.json``, with a generation number) and
@@ -141,6 +143,7 @@ class State:
             t0 = time.perf_counter()
             log.info("reloading (%s): model %s, config %s", why, target.model, target.config or "packaged")
             try:
+                keys = KeyStore.load(self.settings.key_file) if self.settings.key_file else None
                 router = build_router(self.settings, target.model, target.config)
             except Exception as e:
                 reason = one_line(e)
@@ -148,8 +151,9 @@ class State:
                 log.error("reload failed (%s), still serving %s: %s", why, old or "no model", reason)
                 serving = f"still serving {old}" if old else "no model is serving"
                 raise ReloadError(
-                    422, "reload_failed", f"the new model was not loaded, {serving}: {reason}"
+                    422, "reload_failed", f"nothing was reloaded, {serving}: {reason}"
                 ) from None
+            self.keys = keys  # one reference assignment: a request authenticates on the old or the new
             self._install(router, target)
             if share:
                 self._share(target)
