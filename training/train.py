@@ -86,6 +86,10 @@ def train(
         )
     head_rows = _joined(train_rows, heads_only)
     fit_rows = _joined(head_rows, compound["train"])
+    # each heads-only row counts heads_only_weight times in the softmax head (and in its prior, below)
+    repeats = [
+        config.heads_only_weight if len(train_rows) <= i < len(head_rows) else 1 for i in range(len(fit_rows))
+    ]
     model = IntentModel(config).fit(
         fit_rows.texts,
         fit_rows.labels,
@@ -93,10 +97,7 @@ def train(
         show_progress,
         secondary=fit_rows.secondary,
         body=[i < len(train_rows) for i in range(len(fit_rows))],
-        head_repeats=[
-            config.heads_only_weight if len(train_rows) <= i < len(head_rows) else 1
-            for i in range(len(fit_rows))
-        ],
+        head_repeats=repeats,
     )
     labels = model.labels
     t0 = time.perf_counter()
@@ -159,7 +160,7 @@ def train(
                     "test": len(test_rows) if test_rows else 0,
                     **{f"compound_{k}": len(r) for k, r in compound.items() if r is not None},
                 },
-                "label_counts": _head_counts(train_rows, heads_only, config.heads_only_weight),
+                "label_counts": _head_counts(head_rows.labels, repeats),
             },
             "versions": package_versions(VERSIONED_PACKAGES),
             "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
@@ -235,11 +236,12 @@ def _with_example_intents(rows, router_config: Path | None, report: Reporter):
     return _joined(rows, added)
 
 
-def _head_counts(train_rows, heads_only, weight: int) -> dict[str, int]:
-    """Rows per label the softmax head learned its prior from, a heads-only row counted ``weight`` times."""
-    counts = Counter(train_rows.labels)
-    for label in heads_only.labels if heads_only else []:
-        counts[label] += weight
+def _head_counts(labels: Sequence[str], repeats: Sequence[int]) -> dict[str, int]:
+    """Rows per label the softmax head learned its prior from, each row counted as often as it was repeated
+    (``labels`` are the head's rows, ``repeats`` the fit's, whose first rows they are)."""
+    counts: Counter[str] = Counter()
+    for label, r in zip(labels, repeats[: len(labels)], strict=True):
+        counts[label] += r
     return dict(sorted(counts.items()))
 
 
