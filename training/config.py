@@ -141,7 +141,8 @@ class TrainConfig(BaseModel):
         None,
         description="Build directory (its checkpoint/), SetFit checkpoint, or exported model without a "
         "checkpoint (its body read back from the graph, training.recover) whose body is distilled, skipping "
-        "the contrastive phase; needs distil_layers.",
+        "the contrastive phase: into its own layers distil_layers, or, without them, into base_model's body "
+        "(another encoder, e.g. a smaller one).",
     )
     distil_epochs: int = Field(4, ge=1, description="Epochs of the student's distillation.")
     distil_learning_rate: float = Field(2e-4, gt=0, description="Learning rate of the distillation.")
@@ -154,6 +155,12 @@ class TrainConfig(BaseModel):
         description="Keep the teacher's token embedding table fixed in the student (a third off each step).",
     )
     distil_dropout: bool = Field(True, description="Train the student with the body's dropout on.")
+    distil_similarity_weight: float = Field(
+        1.0,
+        ge=0,
+        description="Weight of the teacher's similarities between the messages of a batch as a target, for "
+        "a student that is another encoder (teacher without distil_layers).",
+    )
     distil_clause_weight: float = Field(
         0.0,
         ge=0,
@@ -204,8 +211,10 @@ class TrainConfig(BaseModel):
 
     @model_validator(mode="after")
     def _teacher_needs_student(self) -> TrainConfig:
-        if self.teacher is not None and self.distil_layers is None:
-            raise ValueError("teacher is distilled into a student: set distil_layers too (e.g. [0, 2, 4])")
+        if self.teacher is not None and self.distil_layers is None and self.distil_clause_weight > 0:
+            raise ValueError(
+                "distil_clause_weight trains a student cut from the teacher's layers: set distil_layers too"
+            )
         if self.distil_ffn_width is not None and self.distil_layers is None:
             raise ValueError("distil_ffn_width narrows a student: set distil_layers too (e.g. [0, 2, 4])")
         return self

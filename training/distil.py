@@ -119,7 +119,7 @@ def distil_body(
     ]
     report(f"distillation targets from the teacher: {time.perf_counter() - t0:.0f}s")
     head = (
-        _teacher_head(texts, batches, [t[1] for t in targets], labels or {}, head_params or {})
+        teacher_head(texts, batches, [t[1] for t in targets], labels or {}, head_params or {})
         if head_weight
         else None
     )
@@ -332,7 +332,7 @@ def _clause_targets(
     return out
 
 
-def _teacher_head(texts, batches, embeddings, labels: Mapping[str, str], head_params: Mapping):
+def teacher_head(texts, batches, embeddings, labels: Mapping[str, str], head_params: Mapping):
     """(weight, bias), one row per label, of a logistic head fitted on the teacher's embeddings of the
     labeled texts."""
     import torch

@@ -1,6 +1,6 @@
 """The phases of fitting IntentModel's SetFit model: the base model with a fresh head (after seeding), the
 contrastive fine-tuning of its body (or a teacher's body loaded instead), the optional distillation into
-fewer encoder layers, and the trainer whose classifier step then fits the logistic head.
+fewer encoder layers or, from a teacher of another encoder, into the base model's body, and the trainer whose classifier step then fits the logistic head.
 """
 
 from __future__ import annotations
@@ -123,16 +123,17 @@ def contrastive_phase(
         body_ds = contrastive_rows(ds, config.contrastive_oos_rows, config.seed)
         if teacher is None:
             trainer.train_embeddings(*trainer.dataset_to_parameters(body_ds), args=args)
-        else:  # the set-up above runs either way: models/intent-minilm-fast was built through it
-            load_body(model.model_body, teacher)
+        elif config.distil_layers is not None:  # the set-up above runs either way: models/intent-minilm-fast
+            load_body(model.model_body, teacher)  # was built through it
             workdir.cleanup()
         body_seconds = time.perf_counter() - t0
-    report(
-        f"teacher's body loaded from {config.teacher if recovery else teacher}"
-        f"{' (recovered from its graph)' if recovery else ''}: {body_seconds:.1f}s"
-        if teacher
-        else f"contrastive phase: {body_seconds:.1f}s"
-    )
+    if teacher is None:
+        report(f"contrastive phase: {body_seconds:.1f}s")
+    elif config.distil_layers is not None:
+        report(
+            f"teacher's body loaded from {config.teacher if recovery else teacher}"
+            f"{' (recovered from its graph)' if recovery else ''}: {body_seconds:.1f}s"
+        )
     return trainer, body_seconds
 
 
@@ -175,6 +176,48 @@ def distil_phase(
     )
     seconds = time.perf_counter() - t0
     report(f"distilled into encoder layers {config.distil_layers}: {seconds:.1f}s")
+    return seconds
+
+
+def distil_encoder_phase(
+    model,
+    config: TrainConfig,
+    teacher,
+    texts: Sequence[str],
+    labels: Mapping[str, str],
+    head_params: dict,
+    report: Reporter,
+    show_progress: bool,
+) -> float:
+    """Train ``model``'s body (the config's base model, any encoder) to match the ``teacher`` body's
+    folder (training.distil_encoder) on ``texts`` and their clauses, ``labels`` giving the single-intent
+    messages' labels for the teacher's head. Returns its seconds."""
+    from sentence_transformers import SentenceTransformer
+
+    from training.distil_encoder import distil_encoder
+
+    t0 = time.perf_counter()
+    body = SentenceTransformer(str(teacher), device="cpu")
+    body.max_seq_length = config.max_seq_length
+    distil_encoder(
+        body,
+        model.model_body,
+        list(texts) + [c for t in texts for c in split_clauses(t)],  # as distil_phase, for the same reason
+        epochs=config.distil_epochs,
+        learning_rate=config.distil_learning_rate,
+        batch_size=config.distil_batch_size,
+        seed=config.seed,
+        similarity_weight=config.distil_similarity_weight,
+        freeze_embeddings=config.distil_freeze_embeddings,
+        dropout=config.distil_dropout,
+        labels=labels,
+        head_weight=config.distil_head_weight,
+        head_params=head_params,
+        report=report,
+        show_progress=show_progress,
+    )
+    seconds = time.perf_counter() - t0
+    report(f"distilled {config.teacher}'s body into {config.base_model}'s: {seconds:.1f}s")
     return seconds
 
 

@@ -28,6 +28,7 @@ from training.fit_phases import (
     base_model,
     check_layer_choices,
     contrastive_phase,
+    distil_encoder_phase,
     distil_phase,
     training_arguments,
 )
@@ -136,11 +137,16 @@ class IntentModel(CompoundReading):
                 show_progress=show_progress,
             )
             distil_seconds = 0.0
+            by_text = {texts[i]: labels[i] for i in single}
             if config.distil_layers is not None:
-                by_text = {texts[i]: labels[i] for i in single}
                 distil_seconds = distil_phase(
                     model, config, texts, by_text, head_params, report, show_progress
                 )
+            elif teacher is not None:  # another encoder: the base model's body learns the teacher's
+                distil_seconds = distil_encoder_phase(
+                    model, config, teacher, texts, by_text, head_params, report, show_progress
+                )
+                workdir.cleanup()
             t0 = time.perf_counter()
             trainer.train_classifier(*trainer.dataset_to_parameters(head_ds), args=args)
             head_seconds = time.perf_counter() - t0

