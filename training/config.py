@@ -144,6 +144,12 @@ class TrainConfig(BaseModel):
         "the contrastive phase: into its own layers distil_layers, or, without them, into base_model's body "
         "(another encoder, e.g. a smaller one).",
     )
+    teacher_targets: Path | None = Field(
+        None,
+        description="File of a teacher's embeddings of the training texts (training.teacher_targets). "
+        "With teacher (another encoder, no distil_layers), the build writes it; without teacher, the "
+        "base model's body is distilled from it, and the teacher is not needed.",
+    )
     distil_epochs: int = Field(4, ge=1, description="Epochs of the student's distillation.")
     distil_learning_rate: float = Field(2e-4, gt=0, description="Learning rate of the distillation.")
     distil_batch_size: int = Field(32, ge=2, description="Messages per distillation step.")
@@ -211,9 +217,15 @@ class TrainConfig(BaseModel):
 
     @model_validator(mode="after")
     def _teacher_needs_student(self) -> TrainConfig:
-        if self.teacher is not None and self.distil_layers is None and self.distil_clause_weight > 0:
+        encoder_student = (self.teacher or self.teacher_targets) is not None and self.distil_layers is None
+        if encoder_student and self.distil_clause_weight > 0:
             raise ValueError(
                 "distil_clause_weight trains a student cut from the teacher's layers: set distil_layers too"
+            )
+        if self.teacher_targets is not None and self.distil_layers is not None:
+            raise ValueError(
+                "teacher_targets serve a student of another encoder (teacher without distil_layers); a "
+                "student cut from the teacher's layers learns its token states, which are not stored"
             )
         if self.distil_ffn_width is not None and self.distil_layers is None:
             raise ValueError("distil_ffn_width narrows a student: set distil_layers too (e.g. [0, 2, 4])")

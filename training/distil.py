@@ -27,7 +27,6 @@ Measured on this corpus (3-layer student [0, 2, 4] of the 6-layer body; dev figu
 from __future__ import annotations
 
 import copy
-import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 
@@ -71,7 +70,8 @@ def distil_body(
     those whose mean absolute activation on ``texts``, in the teacher, times the norm of their output
     weights is largest (``narrow_ffn``)."""
     import torch
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from training.distil_loop import head_divergence, length_batches, train_epochs
 
     texts = list(dict.fromkeys(texts))
     if not texts:
@@ -82,10 +82,7 @@ def distil_body(
     if ffn_width is not None:
         check_ffn_width(ffn_width, student[0].auto_model.config.intermediate_size)
     torch.manual_seed(seed)
-    rng = random.Random(seed)
-    lengths = [len(ids) for ids in teacher.tokenizer(texts, truncation=True)["input_ids"]]
-    order = sorted(range(len(texts)), key=lengths.__getitem__)
-    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    batches = length_batches(teacher.tokenizer, texts, batch_size)
     # student layer k stands for teacher layers layers[k] .. layers[k + 1] - 1: its output should be the
     # teacher's hidden state after the last of them (hidden_states[0] is the embedding layer's output);
     # layers out of order have no such spans, so only the last states are matched
@@ -134,71 +131,47 @@ def distil_body(
         n = sum(len(c[0]) for c in clause_targets if c is not None)
         report(f"clauses in context: {n} clause targets, {time.perf_counter() - t0:.0f}s")
 
-    embeddings = student[0].auto_model.get_input_embeddings().weight
-    embeddings.requires_grad_(not freeze_embeddings)
-    steps = epochs * len(batches)
-    warmup = max(1, steps // 10)
-    opt = torch.optim.AdamW(
-        [p for p in student.parameters() if p.requires_grad], lr=learning_rate, weight_decay=0.01
+    def step(b: int):
+        features, target, target_states = targets[b]
+        emb, states = _forward(student, features)
+        loss = ((emb - target) ** 2).sum(dim=1).mean()
+        parts = {"embedding loss": loss.detach().item(), "token states": 0.0}
+        if pairs:
+            mask = features["attention_mask"].unsqueeze(-1).to(emb.dtype)
+            hidden = sum(
+                (((states[s] - t.float()) ** 2) * mask).sum() / (mask.sum() * t.shape[-1]) / scale
+                for (s, _), t, scale in zip(pairs, target_states, scales, strict=True)
+            ) / len(pairs)
+            parts["token states"] = hidden.detach().item()
+            loss = loss + hidden_weight * hidden
+        if clause_targets:
+            parts["clauses in context"] = 0.0
+            if clause_targets[b] is not None:
+                rows, weights, target_clauses = clause_targets[b]
+                pooled = torch.einsum("ct,cth->ch", weights, states[-1][rows])
+                pooled = torch.nn.functional.normalize(pooled, dim=1)
+                clauses = ((pooled - target_clauses) ** 2).sum(dim=1).mean()
+                parts["clauses in context"] = clauses.detach().item()
+                loss = loss + clause_weight * clauses
+        if head is not None:
+            kl = head_divergence(emb, head, head_targets[b])
+            parts["teacher head"] = kl.detach().item()
+            loss = loss + head_weight * kl
+        return loss, parts
+
+    train_epochs(
+        step,
+        student,
+        learning_rate=learning_rate,
+        freeze_embeddings=freeze_embeddings,
+        dropout=dropout,
+        batches=len(batches),
+        epochs=epochs,
+        seed=seed,
+        started=t0,
+        report=report,
+        show_progress=show_progress,
     )
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * max(0.0, 1.0 - s / steps)
-    )
-    student.train(dropout)
-    with Progress(
-        TextColumn("distillation"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        disable=not show_progress,
-    ) as progress:
-        task = progress.add_task("distil", total=steps)
-        ids = list(range(len(batches)))
-        for epoch in range(epochs):
-            rng.shuffle(ids)
-            total = total_hidden = total_clauses = total_head = 0.0
-            for b in ids:
-                features, target, target_states = targets[b]
-                emb, states = _forward(student, features)
-                loss = ((emb - target) ** 2).sum(dim=1).mean()
-                total += loss.detach().item()
-                if pairs:
-                    mask = features["attention_mask"].unsqueeze(-1).to(emb.dtype)
-                    hidden = sum(
-                        (((states[s] - t.float()) ** 2) * mask).sum() / (mask.sum() * t.shape[-1]) / scale
-                        for (s, _), t, scale in zip(pairs, target_states, scales, strict=True)
-                    ) / len(pairs)
-                    total_hidden += hidden.detach().item()
-                    loss = loss + hidden_weight * hidden
-                if clause_targets and clause_targets[b] is not None:
-                    rows, weights, target_clauses = clause_targets[b]
-                    pooled = torch.einsum("ct,cth->ch", weights, states[-1][rows])
-                    pooled = torch.nn.functional.normalize(pooled, dim=1)
-                    clauses = ((pooled - target_clauses) ** 2).sum(dim=1).mean()
-                    total_clauses += clauses.detach().item()
-                    loss = loss + clause_weight * clauses
-                if head is not None:
-                    logp = torch.log_softmax(emb @ weight.T + bias, dim=1)
-                    kl = torch.nn.functional.kl_div(
-                        logp, head_targets[b], log_target=True, reduction="batchmean"
-                    )
-                    total_head += kl.detach().item()
-                    loss = loss + head_weight * kl
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                sched.step()
-                progress.advance(task)
-            if not progress.console.is_terminal or not show_progress:
-                report(
-                    f"distillation epoch {epoch + 1}/{epochs}: embedding loss {total / len(ids):.4f}, "
-                    f"token states {total_hidden / len(ids):.4f}"
-                    + (f", clauses in context {total_clauses / len(ids):.4f}" if clause_targets else "")
-                    + (f", teacher head {total_head / len(ids):.4f}" if head is not None else "")
-                    + f" ({time.perf_counter() - t0:.0f}s)"
-                )
-    student.eval()
-    embeddings.requires_grad_(True)
     return student
 
 

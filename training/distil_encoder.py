@@ -2,8 +2,10 @@
 all-MiniLM-L6-v2, 384 dimensions) learns what a larger fine-tuned body (the teacher, e.g.
 all-mpnet-base-v2, 768 dimensions) makes of each message, so the router keeps the small body's speed.
 
-The targets, computed once from the teacher:
-- its normalised embedding, which the student reaches through a linear map from its width to the
+All the targets derive from the teacher's normalised embedding of each text, computed once
+(``teacher_embeddings``) or read from a file (training.teacher_targets), so the teacher need not be
+loaded while the student trains:
+- that embedding, which the student reaches through a linear map from its width to the
   teacher's (squared error). The map is learned with the student, starts as the least-squares fit of the
   student's first embeddings to the teacher's, and is dropped afterwards;
 - the similarities within a batch: the cosine similarity of each pair of messages in the student should
@@ -19,7 +21,6 @@ training.distil is the other distillation: a student cut from the teacher's own 
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 
@@ -27,10 +28,26 @@ Reporter = Callable[[str], None]
 MAP_LEARNING_RATE = 1e-3  # the linear map starts from a least-squares fit; it moves faster than the body
 
 
+def teacher_embeddings(teacher, texts: Sequence[str], batch_size: int = 32):
+    """The ``teacher`` body's normalised embeddings of ``texts`` (float32 tensor, one row each), computed
+    in batches of similar length."""
+    import torch
+
+    from training.distil_loop import length_batches
+
+    teacher.eval()
+    out = [None] * len(texts)
+    with torch.no_grad():
+        for batch in length_batches(teacher.tokenizer, texts, batch_size):
+            for i, row in zip(batch, _embed(teacher, [texts[i] for i in batch]), strict=True):
+                out[i] = row
+    return torch.stack(out) if out else torch.zeros(0)
+
+
 def distil_encoder(
-    teacher,
     student,
     texts: Sequence[str],
+    targets,
     *,
     epochs: int,
     learning_rate: float,
@@ -45,98 +62,76 @@ def distil_encoder(
     report: Reporter = print,
     show_progress: bool = True,
 ):
-    """Train ``student`` (a sentence-transformers body, changed in place and returned) to match
-    ``teacher`` on ``texts`` (module docstring). Batches hold messages of similar length, in a seeded
-    shuffled order; the learning rate warms up over the first 10% of steps, then decays to 0.
-    ``freeze_embeddings`` keeps the student's token embedding table fixed; ``dropout`` off trains in eval
-    mode. ``labels`` (text -> label) and ``head_params`` (the model head's) give the teacher's head."""
+    """Train ``student`` (a sentence-transformers body, changed in place and returned) to match the
+    teacher whose normalised embeddings of ``texts`` (distinct) are ``targets`` (module docstring; from
+    ``teacher_embeddings`` or a stored file, training.teacher_targets). Batches hold messages of similar
+    length, in a seeded shuffled order; the learning rate warms up over the first 10% of steps, then
+    decays to 0. ``freeze_embeddings`` keeps the student's token embedding table fixed; ``dropout`` off
+    trains in eval mode. ``labels`` (text -> label) and ``head_params`` (the model head's) give the
+    teacher's head."""
     import torch
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from training.distil import teacher_head
+    from training.distil_loop import head_divergence, length_batches, train_epochs
 
-    texts = list(dict.fromkeys(texts))
+    texts = list(texts)
     if not texts:
         raise ValueError("distillation needs texts")
+    if len(set(texts)) != len(texts) or len(targets) != len(texts):
+        raise ValueError(f"distillation needs distinct texts, one target each ({len(texts)}, {len(targets)})")
+    targets = torch.as_tensor(targets, dtype=torch.float32)
     torch.manual_seed(seed)
-    rng = random.Random(seed)
-    lengths = [len(ids) for ids in student.tokenizer(texts, truncation=True)["input_ids"]]
-    order = sorted(range(len(texts)), key=lengths.__getitem__)
-    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    batches = length_batches(student.tokenizer, texts, batch_size)
 
     t0 = time.perf_counter()
-    teacher.eval()
     student.eval()
     with torch.no_grad():
-        target = [_embed(teacher, [texts[i] for i in batch]) for batch in batches]
+        target = [targets[batch] for batch in batches]
         first = torch.cat([_embed(student, [texts[i] for i in batch]) for batch in batches])
     report(
-        f"teacher targets for {len(texts)} texts ({target[0].shape[1]} dimensions; the student has "
-        f"{first.shape[1]}): {time.perf_counter() - t0:.0f}s"
+        f"distilling {len(texts)} texts ({target[0].shape[1]} dimensions in the teacher; the student has "
+        f"{first.shape[1]})"
     )
     linear = torch.nn.Linear(first.shape[1], target[0].shape[1], bias=False)
     with torch.no_grad():  # the least-squares map from the student's first embeddings to the teacher's
-        linear.weight.copy_(torch.linalg.lstsq(first, torch.cat(target)).solution.T)
+        # (gelsd: torch's default driver, gelsy, gave different maps run to run on one CPU)
+        linear.weight.copy_(torch.linalg.lstsq(first, torch.cat(target), driver="gelsd").solution.T)
     head = teacher_head(texts, batches, target, labels or {}, head_params or {}) if head_weight else None
     if head is not None:
         weight, bias = head
         head_targets = [torch.log_softmax(t @ weight.T + bias, dim=1) for t in target]
 
-    embeddings = student[0].auto_model.get_input_embeddings().weight
-    embeddings.requires_grad_(not freeze_embeddings)
-    steps = epochs * len(batches)
-    warmup = max(1, steps // 10)
-    opt = torch.optim.AdamW(
-        [
-            {"params": [p for p in student.parameters() if p.requires_grad], "lr": learning_rate},
-            {"params": linear.parameters(), "lr": MAP_LEARNING_RATE},
-        ],
-        weight_decay=0.01,
+    def step(b: int):
+        features = student.preprocess([texts[i] for i in batches[b]])
+        emb = student(features)["sentence_embedding"]
+        emb = torch.nn.functional.normalize(emb, dim=1)
+        mapped = torch.nn.functional.normalize(linear(emb), dim=1)
+        loss = ((mapped - target[b]) ** 2).sum(dim=1).mean()
+        parts = {"embedding": loss.detach().item()}
+        if similarity_weight:
+            sim = ((emb @ emb.T - target[b] @ target[b].T) ** 2).mean()
+            parts["similarities"] = sim.detach().item()
+            loss = loss + similarity_weight * sim
+        if head is not None:
+            kl = head_divergence(mapped, head, head_targets[b])
+            parts["teacher head"] = kl.detach().item()
+            loss = loss + head_weight * kl
+        return loss, parts
+
+    train_epochs(
+        step,
+        student,
+        learning_rate=learning_rate,
+        freeze_embeddings=freeze_embeddings,
+        dropout=dropout,
+        more_params=[{"params": list(linear.parameters()), "lr": MAP_LEARNING_RATE}],
+        batches=len(batches),
+        epochs=epochs,
+        seed=seed,
+        started=t0,
+        report=report,
+        show_progress=show_progress,
     )
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * max(0.0, 1.0 - s / steps)
-    )
-    student.train(dropout)
-    with Progress(
-        TextColumn("distillation"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        disable=not show_progress,
-    ) as progress:
-        task = progress.add_task("distil", total=steps)
-        ids = list(range(len(batches)))
-        for epoch in range(epochs):
-            rng.shuffle(ids)
-            totals = {"embedding": 0.0, "similarities": 0.0, "teacher head": 0.0}
-            for b in ids:
-                features = student.preprocess([texts[i] for i in batches[b]])
-                emb = student(features)["sentence_embedding"]
-                emb = torch.nn.functional.normalize(emb, dim=1)
-                mapped = torch.nn.functional.normalize(linear(emb), dim=1)
-                loss = ((mapped - target[b]) ** 2).sum(dim=1).mean()
-                totals["embedding"] += loss.detach().item()
-                if similarity_weight:
-                    sim = ((emb @ emb.T - target[b] @ target[b].T) ** 2).mean()
-                    totals["similarities"] += sim.detach().item()
-                    loss = loss + similarity_weight * sim
-                if head is not None:
-                    logp = torch.log_softmax(mapped @ weight.T + bias, dim=1)
-                    kl = torch.nn.functional.kl_div(
-                        logp, head_targets[b], log_target=True, reduction="batchmean"
-                    )
-                    totals["teacher head"] += kl.detach().item()
-                    loss = loss + head_weight * kl
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                sched.step()
-                progress.advance(task)
-            if not progress.console.is_terminal or not show_progress:
-                parts = ", ".join(f"{k} {v / len(ids):.4f}" for k, v in totals.items() if v)
-                report(f"distillation epoch {epoch + 1}/{epochs}: {parts} ({time.perf_counter() - t0:.0f}s)")
-    student.eval()
-    embeddings.requires_grad_(True)
     return student
 
 

@@ -85,8 +85,8 @@ def contrastive_phase(
 ):
     """Fine-tune ``model``'s body on contrastive pairs of ``ds``'s rows (``contrastive_rows``), or, given a
     ``teacher`` body (``recovery``: training.recover's note when it came from a graph), load that instead
-    and clean up ``workdir``. Reports the phase; returns the trainer, whose classifier step fits the head,
-    and the phase's seconds."""
+    and clean up ``workdir`` (a student of another encoder, distilled later, skips both). Reports the
+    phase; returns the trainer, whose classifier step fits the head, and the phase's seconds."""
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -98,13 +98,15 @@ def contrastive_phase(
     from setfit import Trainer
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
+    distilled = teacher is not None or config.teacher_targets is not None  # no contrastive phase
+
     with Progress(
         TextColumn("contrastive steps"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         TimeRemainingColumn(),
-        disable=not show_progress or teacher is not None,
+        disable=not show_progress or distilled,
     ) as progress:
         task = progress.add_task("train", total=None)
         trainer = Trainer(
@@ -121,13 +123,13 @@ def contrastive_phase(
             trainer.st_trainer.args.batch_sampler = LengthBucketBatchSampler
         t0 = time.perf_counter()
         body_ds = contrastive_rows(ds, config.contrastive_oos_rows, config.seed)
-        if teacher is None:
+        if not distilled:
             trainer.train_embeddings(*trainer.dataset_to_parameters(body_ds), args=args)
         elif config.distil_layers is not None:  # the set-up above runs either way: models/intent-minilm-fast
             load_body(model.model_body, teacher)  # was built through it
             workdir.cleanup()
         body_seconds = time.perf_counter() - t0
-    if teacher is None:
+    if not distilled:
         report(f"contrastive phase: {body_seconds:.1f}s")
     elif config.distil_layers is not None:
         report(
@@ -155,24 +157,10 @@ def distil_phase(
     model.model_body = distil_body(
         model.model_body,
         config.distil_layers,
-        # the messages and their clauses, which the router reads too: distilled on the two-intent
-        # rows' clauses only, the student agreed with the teacher on 86% of single messages'
-        # clauses (98% of the distilled ones), and its compound recall fell from 87% to 68%
-        list(texts) + [c for t in texts for c in split_clauses(t)],
-        epochs=config.distil_epochs,
-        learning_rate=config.distil_learning_rate,
-        batch_size=config.distil_batch_size,
-        seed=config.seed,
         hidden_weight=config.distil_hidden_weight,
-        freeze_embeddings=config.distil_freeze_embeddings,
-        dropout=config.distil_dropout,
         clause_weight=config.distil_clause_weight,
-        labels=labels,
-        head_weight=config.distil_head_weight,
-        head_params=head_params,
         ffn_width=config.distil_ffn_width,
-        report=report,
-        show_progress=show_progress,
+        **_distil_arguments(config, texts, labels, head_params, report, show_progress),
     )
     seconds = time.perf_counter() - t0
     report(f"distilled into encoder layers {config.distil_layers}: {seconds:.1f}s")
@@ -189,25 +177,84 @@ def distil_encoder_phase(
     report: Reporter,
     show_progress: bool,
 ) -> float:
-    """Train ``model``'s body (the config's base model, any encoder) to match the ``teacher`` body's
-    folder (training.distil_encoder) on ``texts`` and their clauses, ``labels`` giving the single-intent
-    messages' labels for the teacher's head. Returns its seconds."""
+    """Train ``model``'s body (the config's base model, any encoder) to match a teacher's
+    (training.distil_encoder) on ``texts`` and their clauses, ``labels`` giving the single-intent
+    messages' labels for the teacher's head. The teacher's targets come from the ``teacher`` body's folder
+    (and are written to the config's ``teacher_targets`` when it names a file) or, without ``teacher``,
+    from that file (training.teacher_targets). Returns its seconds."""
+    from training.distil_encoder import distil_encoder
+    from training.teacher_targets import TeacherTargets
+
+    t0 = time.perf_counter()
+    arguments = _distil_arguments(config, texts, labels, head_params, report, show_progress)
+    texts = list(dict.fromkeys(arguments.pop("texts")))
+    if teacher is not None:
+        targets = _teacher_targets(config, teacher, texts, report)
+        source = str(config.teacher)
+    else:
+        stored = TeacherTargets(config.teacher_targets)
+        targets = stored.lookup(texts)
+        source = f"the targets in {config.teacher_targets}"
+        report(
+            f"teacher targets for {len(texts)} texts read from {config.teacher_targets} (teacher "
+            f"{stored.teacher.get('path', 'unnamed')}): {time.perf_counter() - t0:.0f}s"
+        )
+    distil_encoder(
+        model.model_body,
+        texts,
+        targets,
+        similarity_weight=config.distil_similarity_weight,
+        **arguments,
+    )
+    seconds = time.perf_counter() - t0
+    report(f"distilled {source} into {config.base_model}'s body: {seconds:.1f}s")
+    return seconds
+
+
+def _teacher_targets(config: TrainConfig, teacher, texts: list[str], report: Reporter):
+    """The ``teacher`` body folder's embeddings of ``texts``, written to ``config.teacher_targets`` too
+    when it is set."""
     from sentence_transformers import SentenceTransformer
 
-    from training.distil_encoder import distil_encoder
+    from training.checkpoints import teacher_description
+    from training.distil_encoder import teacher_embeddings
+    from training.teacher_targets import TeacherTargets, write_targets
 
     t0 = time.perf_counter()
     body = SentenceTransformer(str(teacher), device="cpu")
     body.max_seq_length = config.max_seq_length
-    distil_encoder(
-        body,
-        model.model_body,
-        list(texts) + [c for t in texts for c in split_clauses(t)],  # as distil_phase, for the same reason
+    targets = teacher_embeddings(body, texts, config.distil_batch_size)
+    report(
+        f"teacher targets for {len(texts)} texts ({targets.shape[1]} dimensions): "
+        f"{time.perf_counter() - t0:.0f}s"
+    )
+    if config.teacher_targets is not None:  # and learn from them as stored, as a build that reads them will
+        path = write_targets(
+            config.teacher_targets, texts, targets.numpy(), teacher_description(config.teacher)
+        )
+        targets = TeacherTargets(path).lookup(texts)
+        report(f"teacher targets written to {path}")
+    return targets
+
+
+def _distil_arguments(
+    config: TrainConfig,
+    texts: Sequence[str],
+    labels: Mapping[str, str],
+    head_params: dict,
+    report: Reporter,
+    show_progress: bool,
+) -> dict:
+    """The arguments both distillations take from the config, and the texts they learn on."""
+    return dict(
+        # the messages and their clauses, which the router reads too: distilled on the two-intent
+        # rows' clauses only, the student agreed with the teacher on 86% of single messages'
+        # clauses (98% of the distilled ones), and its compound recall fell from 87% to 68%
+        texts=list(texts) + [c for t in texts for c in split_clauses(t)],
         epochs=config.distil_epochs,
         learning_rate=config.distil_learning_rate,
         batch_size=config.distil_batch_size,
         seed=config.seed,
-        similarity_weight=config.distil_similarity_weight,
         freeze_embeddings=config.distil_freeze_embeddings,
         dropout=config.distil_dropout,
         labels=labels,
@@ -216,9 +263,6 @@ def distil_encoder_phase(
         report=report,
         show_progress=show_progress,
     )
-    seconds = time.perf_counter() - t0
-    report(f"distilled {config.teacher}'s body into {config.base_model}'s: {seconds:.1f}s")
-    return seconds
 
 
 def contrastive_rows(ds, oos_rows: int | None, seed: int):

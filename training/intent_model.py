@@ -142,11 +142,13 @@ class IntentModel(CompoundReading):
                 distil_seconds = distil_phase(
                     model, config, texts, by_text, head_params, report, show_progress
                 )
-            elif teacher is not None:  # another encoder: the base model's body learns the teacher's
+            elif teacher is not None or config.teacher_targets is not None:
+                # another encoder: the base model's body learns the teacher's (or its stored targets)
                 distil_seconds = distil_encoder_phase(
                     model, config, teacher, texts, by_text, head_params, report, show_progress
                 )
-                workdir.cleanup()
+                if workdir is not None:
+                    workdir.cleanup()
             t0 = time.perf_counter()
             trainer.train_classifier(*trainer.dataset_to_parameters(head_ds), args=args)
             head_seconds = time.perf_counter() - t0

@@ -16,18 +16,17 @@ from eval.data import load_labeled
 from eval.evaluator import split_metrics
 from router.intents import check_labels
 from router.manifest import (
-    MANIFEST_NAME,
     Calibration,
     Compound,
     InScope,
     Manifest,
-    load_manifest,
     package_versions,
     sha256_file,
 )
-from training.checkpoints import CHECKPOINT_DIR
+from training.checkpoints import CHECKPOINT_DIR, teacher_description
 from training.config import TrainConfig
 from training.intent_model import IntentModel
+from training.teacher_targets import TeacherTargets
 
 VERSIONED_PACKAGES = (
     "setfit",
@@ -172,11 +171,7 @@ def train(
                 "total": round(time.perf_counter() - t_start, 2),
             },
             "checkpoint": CHECKPOINT_DIR,
-            **(
-                {"teacher": _teacher_section(config.teacher, model.teacher_recovery)}
-                if config.teacher is not None
-                else {}
-            ),
+            **({"teacher": teacher} if (teacher := _teacher_of(config, model)) else {}),
         },
         calibration=calib,
         metrics=metrics,
@@ -187,19 +182,21 @@ def train(
     return manifest
 
 
-def _teacher_section(path: Path, recovery: dict | None = None) -> dict:
-    """Which model a student was distilled from: its path and, for a build directory, its model id and the
-    sha256 of its default graph (which a deterministic rebuild of the teacher reproduces, while its model id
-    changes); for an exported model without its checkpoint, the graph its body was recovered from
-    (training.recover)."""
-    out = {"path": str(path)}
-    if (Path(path) / MANIFEST_NAME).is_file():
-        teacher = load_manifest(path)
-        out["model_id"] = teacher.model_id
-        if teacher.export is not None:
-            out["graph_sha256"] = teacher.export.variants[teacher.export.default_variant].file.sha256
-    if recovery is not None:
-        out["body"] = {k: v for k, v in recovery.items() if k != "model_id"}
+def _teacher_of(config: TrainConfig, model: IntentModel) -> dict | None:
+    """The manifest's note of the teacher a student learned from: the teacher itself, or the stored
+    targets it was distilled from (with the teacher they came from) and whether the build wrote them."""
+    if config.teacher is None and config.teacher_targets is None:
+        return None
+    out = teacher_description(config.teacher, model.teacher_recovery) if config.teacher is not None else {}
+    if config.teacher_targets is not None:
+        path = Path(config.teacher_targets)
+        out["targets"] = {
+            "path": str(path),
+            "sha256": sha256_file(path),
+            "written": config.teacher is not None,
+        }
+        if config.teacher is None:
+            out.update(TeacherTargets(path).teacher)
     return out
 
 
