@@ -152,8 +152,14 @@ def test_a_targets_file_gives_each_text_its_row_and_names_the_texts_it_lacks(tmp
     from training.teacher_targets import TeacherTargets, TeacherTargetsError, write_targets
 
     rng = np.random.default_rng(0)
-    texts = ["book the room", "what did we decide on friday?", "book the room "]  # distinct texts
-    emb = rng.normal(size=(3, 8)) * 5
+    # distinct texts; the last one's digest ends in a zero byte, which a bytes-string array would drop
+    texts = [
+        "book the room",
+        "what did we decide on friday?",
+        "book the room ",
+        "set a timer for 191 minutes",
+    ]
+    emb = rng.normal(size=(4, 8)) * 5
     path = write_targets(tmp_path / "t.npz", texts, emb, {"path": "teacher"})
     assert path == tmp_path / "t.npz" and path.is_file()  # no second suffix
     stored = TeacherTargets(path)
@@ -170,3 +176,17 @@ def test_a_targets_file_gives_each_text_its_row_and_names_the_texts_it_lacks(tmp
         TeacherTargets(tmp_path / "bad.npz")
     with pytest.raises(TeacherTargetsError, match="no such file"):
         TeacherTargets(tmp_path / "absent.npz")
+
+
+def test_the_recipe_that_writes_the_stored_targets_is_the_one_that_reads_them():
+    """training/configs/distilled-mpnet.yaml writes the targets training/configs/distilled.yaml reads:
+    apart from the teacher, their options must be the same, or a rebuild from the file would train
+    another model."""
+    from tests.conftest import ROOT
+    from training.config import TrainConfig
+
+    reader = TrainConfig.from_file(ROOT / "training/configs/distilled.yaml")
+    writer = TrainConfig.from_file(ROOT / "training/configs/distilled-mpnet.yaml")
+    assert reader.teacher is None and writer.teacher is not None
+    assert reader.teacher_targets == writer.teacher_targets and (ROOT / reader.teacher_targets).is_file()
+    assert reader.model_dump(exclude={"teacher"}) == writer.model_dump(exclude={"teacher"})

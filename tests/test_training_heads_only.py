@@ -1,5 +1,5 @@
 """Which rows train what (training.train, real SetFit runs on the tiny fixture corpus): ``heads_only_file``
-rows train the heads and not the contrastive phase; ``more_train_files`` rows train both, as the train
+rows (one file or several) train the heads and not the contrastive phase; ``more_train_files`` rows train both, as the train
 file's do."""
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ EVERYDAY = [
 ]
 
 
-def _everyday_file(tmp_path):
-    path = tmp_path / "train_everyday.jsonl"
-    path.write_text("".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in EVERYDAY))
+def _everyday_file(tmp_path, rows=EVERYDAY, name="train_everyday.jsonl"):
+    path = tmp_path / name
+    path.write_text("".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in rows))
     return path
 
 
@@ -76,7 +76,8 @@ def test_heads_only_weight_repeats_the_rows_in_the_softmax_head(tmp_path, monkey
 
     from training.train import train
 
-    everyday = _everyday_file(tmp_path)
+    # two files, read in the order given
+    everyday = [_everyday_file(tmp_path, EVERYDAY[4:], "b.jsonl"), _everyday_file(tmp_path, EVERYDAY[:4])]
     seen: list[list[str]] = []
     train_classifier = Trainer.train_classifier
 
@@ -91,8 +92,10 @@ def test_heads_only_weight_repeats_the_rows_in_the_softmax_head(tmp_path, monkey
     (head_texts,) = seen
     train_texts = [json.loads(line)["text"] for line in config.train_file.read_text().splitlines()]
     assert head_texts[: len(train_texts)] == train_texts  # the train file's rows once each
-    assert head_texts[len(train_texts) :] == [t for t, _ in EVERYDAY for _ in range(3)]
-    assert manifest.training["data"]["label_counts"]["ACTION"] == 8 + 2 * 3  # the prior the head learned
+    assert head_texts[len(train_texts) :] == [t for t, _ in EVERYDAY[4:] + EVERYDAY[:4] for _ in range(3)]
+    data = manifest.training["data"]
+    assert data["label_counts"]["ACTION"] == 8 + 2 * 3  # the prior the head learned
+    assert data["rows"]["heads_only"] == len(EVERYDAY) and all(str(p) in data["files"] for p in everyday)
     assert manifest.training["hyperparameters"]["heads_only_weight"] == 3
 
 

@@ -34,10 +34,11 @@ class TrainConfig(BaseModel):
         description="More labelled single-intent rows that train the body and the heads as train_file's do, "
         "kept in files of their own (a domain each, say); they may use only train_file's labels.",
     )
-    heads_only_file: Path | None = Field(
+    heads_only_file: Path | list[Path] | None = Field(
         None,
-        description="More labelled single-intent rows that train the heads (softmax head, in-scope distance, "
-        "compound head) and not the contrastive phase, which fine-tunes the body on train_file alone.",
+        description="More labelled single-intent rows (a file, or a list of files) that train the heads "
+        "(softmax head, in-scope distance, compound head) and not the contrastive phase, which fine-tunes "
+        "the body on train_file alone.",
     )
     heads_only_weight: int = Field(
         1,
@@ -230,6 +231,15 @@ class TrainConfig(BaseModel):
         if self.distil_ffn_width is not None and self.distil_layers is None:
             raise ValueError("distil_ffn_width narrows a student: set distil_layers too (e.g. [0, 2, 4])")
         return self
+
+    @property
+    def heads_only_files(self) -> list[Path]:
+        """``heads_only_file`` as a list: none, one or several files."""
+        if self.heads_only_file is None:
+            return []
+        return (
+            list(self.heads_only_file) if isinstance(self.heads_only_file, list) else [self.heads_only_file]
+        )
 
     @classmethod
     def from_file(cls, path: str | Path, **overrides: Any) -> TrainConfig:

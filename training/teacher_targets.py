@@ -6,7 +6,7 @@ cores and is about 420 MB, too large for a repository. Its embeddings of the 18,
 clauses are 28 MB in float16, and reading them takes a second. A build that reads them reproduces the
 student without the teacher, as soft labels stored with a dataset do.
 
-The file is an ``.npz``: ``keys`` (the BLAKE2b digest of each text's UTF-8 bytes, 16 bytes), ``embeddings``
+The file is an ``.npz``: ``keys`` (the BLAKE2b digest of each text's UTF-8 bytes, 16 uint8), ``embeddings``
 (float16, one normalised row per key) and ``meta`` (JSON: the teacher it came from, the count and width).
 A text whose digest the file lacks has no target: the corpus changed since the file was written, and the
 build says so rather than distil on part of it.
@@ -40,8 +40,9 @@ def write_targets(path: str | Path, texts: Sequence[str], embeddings: np.ndarray
     if emb.ndim != 2 or len(emb) != len(texts):
         raise TeacherTargetsError(f"{len(texts)} texts but embeddings of shape {emb.shape}")
     emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
-    keys = np.array([text_key(t) for t in texts], dtype="S16")
-    if len(set(keys.tolist())) != len(keys):
+    # uint8 rows, not numpy bytes strings, which drop a digest's trailing zero bytes
+    keys = np.frombuffer(b"".join(text_key(t) for t in texts), dtype=np.uint8).reshape(len(texts), 16)
+    if len({k.tobytes() for k in keys}) != len(keys):
         raise TeacherTargetsError("the texts repeat: each text is stored once")
     meta = {"format": FORMAT, "teacher": teacher, "texts": len(texts), "dimensions": int(emb.shape[1])}
     path = Path(path)
@@ -64,11 +65,15 @@ class TeacherTargets:
             self.meta = json.loads(meta)
         except (OSError, ValueError, KeyError) as e:
             raise TeacherTargetsError(f"teacher targets {self.path}: not a targets file ({e})") from e
-        if self.meta.get("format") != FORMAT or len(keys) != len(self.embeddings):
+        if self.meta.get("format") != FORMAT:
             raise TeacherTargetsError(
                 f"teacher targets {self.path}: format {self.meta.get('format')!r}, expected {FORMAT!r}"
             )
-        self.index = {k: i for i, k in enumerate(keys.tolist())}
+        if keys.dtype != np.uint8 or keys.shape != (len(self.embeddings), 16):
+            raise TeacherTargetsError(
+                f"teacher targets {self.path}: keys of shape {keys.shape}, not 16-byte digests"
+            )
+        self.index = {k.tobytes(): i for i, k in enumerate(keys)}
 
     @property
     def teacher(self) -> dict:

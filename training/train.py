@@ -65,9 +65,10 @@ def train(
         raise ValueError(f"intents {unknown} of the training config are not labels of {config.train_file}")
     for path in config.more_train_files:
         train_rows = _joined(train_rows, load_labeled(path, labels=labels_in_data))
-    heads_only = (
-        load_labeled(config.heads_only_file, labels=labels_in_data) if config.heads_only_file else None
-    )
+    heads_only = None
+    for path in config.heads_only_files:
+        rows = load_labeled(path, labels=labels_in_data)
+        heads_only = _joined(heads_only, rows) if heads_only is not None else rows
     dev_rows = load_labeled(config.dev_file, labels=labels_in_data)
     test_rows = load_labeled(config.test_file, labels=labels_in_data) if config.test_file else None
 
@@ -126,7 +127,7 @@ def train(
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save(out_dir / CHECKPOINT_DIR)
     data_files = [config.train_file, *config.more_train_files]
-    data_files += [*([config.heads_only_file] if heads_only else []), config.dev_file]
+    data_files += [*config.heads_only_files, config.dev_file]
     data_files += [config.test_file] if config.test_file else []
     data_files += [Path(r.source) for r in compound.values() if r is not None]
     manifest = Manifest(
