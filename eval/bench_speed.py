@@ -47,7 +47,7 @@ def _throughput(fn: Callable[[list[str]], object], texts: Sequence[str], batch_s
 def bench_router(
     model_dir: str | Path,
     texts: Sequence[str],
-    variant: str = "int8",
+    variant: str | None = None,
     role: str = "admin",
     batch_size: int = 64,
     warmup: int = 20,
@@ -78,7 +78,7 @@ def bench_router(
     twice = [second and bool(c.clauses) for c in router.classifier.classify_batch(list(texts))]
     once = [ms for ms, read in zip(single, twice, strict=True) if not read]
     return {
-        "name": f"router onnx {variant}",
+        "name": f"router onnx {router.classifier.variant}",  # the default graph's when variant is None
         "load_s": load_s,
         **_percentiles(single),
         "read_twice_share": sum(twice) / len(twice) if twice else 0.0,
@@ -150,7 +150,7 @@ def run_speed_benchmark(
     model_dir: str | Path,
     texts: Sequence[str],
     reference: tuple[str, Callable[[], object]] | None = None,
-    variants: Sequence[str] = ("int8", "fp32"),
+    variants: Sequence[str] = ("int8", "fp16", "fp32"),
     batch_size: int = 64,
     threads: int | None = None,
     report: Callable[[str], None] = print,
@@ -158,7 +158,8 @@ def run_speed_benchmark(
     compare: Sequence[str | Path] = (),
     reference_model: str | None = None,
 ) -> dict:
-    """Benchmark every exported variant on the same messages, the int8 router of each model in ``compare``
+    """Benchmark every exported variant on the same messages, the default graph's router of each model in
+    ``compare``
     (e.g. the default and the fast model: on a host whose speed drifts, only an interleaved comparison is
     a fair one), and ``reference`` (a name and a loader of a Predictor, e.g. SetFit PyTorch opened by the
     training side) if given, ``runs`` times interleaved; each row is the median of the runs with the
@@ -191,9 +192,9 @@ def run_speed_benchmark(
             report(f"run {run + 1}/{runs}: router onnx {v} ...")
             rows.append(bench_router(model_dir, texts, v, batch_size=batch_size, threads=threads))
         for other, other_id in others:
-            report(f"run {run + 1}/{runs}: router onnx int8 of {other} ...")
-            row = bench_router(other, texts, "int8", batch_size=batch_size, threads=threads)
-            rows.append({**row, "name": f"router onnx int8: {other.name}", "model": other_id})
+            report(f"run {run + 1}/{runs}: router onnx of {other} (its default graph) ...")
+            row = bench_router(other, texts, None, batch_size=batch_size, threads=threads)
+            rows.append({**row, "name": f"{row['name']}: {other.name}", "model": other_id})
         if reference is not None:
             report(f"run {run + 1}/{runs}: {reference[0]} ...")
             rows.append(bench_predictor(reference[0], reference[1], texts, batch_size=batch_size))
@@ -212,6 +213,7 @@ def run_speed_benchmark(
         "messages": len(texts),
         "mean_words": statistics.fmean(len(t.split()) for t in texts) if texts else 0,
         "int8_recipe": (manifest.export.variants["int8"].recipe if "int8" in present else None),
+        "default_variant": manifest.export.default_variant if manifest.export else None,
         "machine": {
             "cpus": os.cpu_count(),
             "platform": platform.platform(),
@@ -266,12 +268,13 @@ def table_rows(result: dict) -> tuple[list[str], list[list[str]]]:
 
 
 def comparison_lines(result: dict) -> list[str]:
-    """One line per compared model: how much faster (> 1) or slower its int8 router ran than the
-    benchmarked model's, at p50, p99 and in batches, from the medians of the same rounds. And, when both
-    graphs were timed, the int8 router against the fp32 one on this CPU: without VNNI, int8 can lose
-    (docs/speed.md)."""
+    """One line per compared model: how much faster (> 1) or slower its default graph's router ran than
+    the benchmarked model's default one, at p50, p99 and in batches, from the medians of the same rounds.
+    And, when both graphs were timed, the int8 router against the fp32 one on this CPU: without VNNI, int8
+    can lose (docs/speed.md)."""
     rows = [r for r in result["rows"] if r["name"].startswith("router onnx")]
-    main = next((r for r in rows if r["name"] == "router onnx int8"), None)
+    default = result.get("default_variant") or "int8"
+    main = next((r for r in rows if r["name"] == f"router onnx {default}"), None)
     if main is None:
         return []
     out = [
@@ -279,11 +282,12 @@ def comparison_lines(result: dict) -> list[str]:
         f"p99 {main['p99_ms'] / r['p99_ms']:.2f}x, batches {r['batch_msgs_per_s'] / main['batch_msgs_per_s']:.2f}x "
         "(> 1: faster)"
         for r in rows
-        if r["name"].startswith("router onnx int8: ")
+        if ": " in r["name"]
     ]
     fp32 = next((r for r in rows if r["name"] == "router onnx fp32"), None)
-    if fp32 is not None:
-        p50, batches = fp32["p50_ms"] / main["p50_ms"], main["batch_msgs_per_s"] / fp32["batch_msgs_per_s"]
+    int8 = next((r for r in rows if r["name"] == "router onnx int8"), None)
+    if fp32 is not None and int8 is not None:
+        p50, batches = fp32["p50_ms"] / int8["p50_ms"], int8["batch_msgs_per_s"] / fp32["batch_msgs_per_s"]
         cpu = (result.get("machine") or {}).get("cpu") or "this CPU"
         advice = "; fp32 is faster here: Router.load(..., variant='fp32')" if p50 < 1 and batches < 1 else ""
         out.append(

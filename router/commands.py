@@ -135,7 +135,9 @@ def route_command(read_messages: MessageReader) -> Callable[..., None]:
         model: ModelDir = None,
         config: RouterConfigFile = None,
         threshold: Threshold = None,
-        variant: str | None = Opt(None, help="Graph variant: int8 (default) or fp32."),
+        variant: str | None = Opt(
+            None, help="Graph variant: int8, fp16 or fp32 (default: the model's default variant)."
+        ),
         verifier_url: VerifierURL = None,
         verifier_model: VerifierModel = None,
         verifier_timeout: VerifierTimeout = None,

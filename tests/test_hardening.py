@@ -79,6 +79,14 @@ def _edit(model: Path, fn) -> None:
     p.write_text(json.dumps(m, indent=2))
 
 
+def _default_graph(model: Path) -> tuple[str, Path]:
+    """The model's default variant and its graph file."""
+    from router.manifest import load_manifest
+
+    export = load_manifest(model).export
+    return export.default_variant, model / export.variants[export.default_variant].file.path
+
+
 def _swap_action_memory(m):
     i, j = m["labels"].index("ACTION"), m["labels"].index("MEMORY")
     m["labels"][i], m["labels"][j] = m["labels"][j], m["labels"][i]
@@ -91,7 +99,9 @@ TAMPER = {
     "max_seq_length_64": lambda m: m.update(max_seq_length=64),
     "temperature_changed": lambda m: m["calibration"].update(temperature=0.5),
     # the escaping paths point at real copies (right sha256) outside the model directory
-    "path_parent": lambda m: m["export"]["variants"]["int8"]["file"].update(path="../outside.onnx"),
+    "path_parent": lambda m: m["export"]["variants"][m["export"]["default_variant"]]["file"].update(
+        path="../outside.onnx"
+    ),
     "path_absolute": lambda m: m["export"]["tokenizer"].update(path=str(OUTSIDE_TOKENIZER[0])),
     "path_nested_escape": lambda m: m["export"]["tokenizer"].update(path="./../outside.json"),
     "labels_duplicated": lambda m: m.update(labels=["ACTION"] * 5),
@@ -104,7 +114,7 @@ OUTSIDE_TOKENIZER: list[Path] = []
 @pytest.mark.parametrize("case", sorted(TAMPER))
 def test_tampered_manifest_is_refused(tmp_path, case):
     model = _copy(tmp_path)
-    shutil.copy(model / "model.int8.onnx", tmp_path / "outside.onnx")
+    shutil.copy(_default_graph(model)[1], tmp_path / "outside.onnx")
     shutil.copy(model / "tokenizer.json", tmp_path / "outside.json")
     OUTSIDE_TOKENIZER[:] = [tmp_path / "outside.json"]
     _edit(model, TAMPER[case])
@@ -136,11 +146,12 @@ def test_unstamped_graph_loads_with_a_warning(tmp_path):
     from router.manifest import file_entry, load_manifest
 
     model = _copy(tmp_path)
-    g = onnx.load(str(model / "model.int8.onnx"), load_external_data=False)
+    variant, path = _default_graph(model)
+    g = onnx.load(str(path), load_external_data=False)
     del g.metadata_props[:]
-    onnx.save(g, str(model / "model.int8.onnx"))
+    onnx.save(g, str(path))
     m = load_manifest(model)
-    m.export.variants["int8"].file = file_entry(model, "model.int8.onnx")
+    m.export.variants[variant].file = file_entry(model, path.name)
     m.save(model)
     with pytest.warns(UserWarning, match="no intent_router metadata"):
         c = Classifier(model)

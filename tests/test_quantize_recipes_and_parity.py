@@ -339,9 +339,11 @@ def test_parity_gate_fails_a_graph_that_disagrees(tiny_exported):
     assert len(failures) == 1 and "intents agreement 0.0000" in failures[0]
 
 
-def test_when_no_int8_recipe_passes_the_fp32_graph_becomes_the_default(tiny_trained, tmp_path, monkeypatch):
-    """A build whose int8 graphs all miss parity ends with the exact fp32 graph as its default variant; the
-    failed int8 graph stays, refused by the router; --require-int8 makes the miss an error instead."""
+def test_when_no_int8_recipe_passes_a_faithful_graph_becomes_the_default(tiny_trained, tmp_path, monkeypatch):
+    """A build whose int8 graphs all miss parity ends with a faithful graph as its default variant: the fp16
+    graph (fp32 compute, weights stored in half precision) when it passes its own parity check, else the
+    exact fp32 graph; the failed graphs stay, refused by the router; --require-int8 makes the miss an
+    error instead."""
     import shutil
 
     from eval.bench_speed import run_speed_benchmark
@@ -364,20 +366,30 @@ def test_when_no_int8_recipe_passes_the_fp32_graph_becomes_the_default(tiny_trai
         report=lambda _: None,
         portable_int8=True,
     )
-    assert manifest.export.variants["int8"].quantization.endswith("7-bit weights (portable)")
-    assert manifest.export.default_variant == "fp32" and (out / "model.fp32.onnx").is_file()
-    assert (
-        manifest.export.variants["fp32"].parity.passed and not manifest.export.variants["int8"].parity.passed
-    )
-    assert manifest.export.variants["int8"].parity.cpu  # the CPU parity ran on is recorded
+    variants = manifest.export.variants
+    assert variants["int8"].quantization.endswith("7-bit weights (portable)")
+    assert manifest.export.default_variant == "fp16" and variants["fp16"].parity.passed
+    assert not (out / "model.fp32.onnx").exists() and "fp32" not in variants  # --drop-fp32: fp16 serves
+    assert not variants["int8"].parity.passed and variants["int8"].parity.cpu  # the CPU parity ran on
     router = Router.load(out)
-    assert router.route("find the Q3 deck", "admin").model_id.endswith("/fp32")
+    assert router.route("find the Q3 deck", "admin").model_id.endswith("/fp16")
     with pytest.raises(ModelError, match="failed its parity check"):
         Classifier(out, variant="int8")
     said = []
     bench = run_speed_benchmark(out, ["find the Q3 deck", "book a room"], runs=1, report=said.append)
-    assert [r["name"] for r in bench["rows"]] == ["router onnx fp32"]  # the failed int8 graph is not timed
+    assert [r["name"] for r in bench["rows"]] == ["router onnx fp16"]  # the failed int8 graph is not timed
     assert "skipping onnx int8: it failed its parity check at export" in said
+
+    monkeypatch.setitem(parity.PARITY_MIN, "fp16", 1.01)  # and when the fp16 graph misses too: fp32
+    exact = tmp_path / "exact"
+    shutil.copytree(src, exact)
+    manifest = export_model(
+        exact, parity_file=tiny / "test.jsonl", recipes=("rowscaled-int8",), report=lambda _: None
+    )
+    assert manifest.export.default_variant == "fp32" and manifest.export.variants["fp32"].parity.passed
+    assert not manifest.export.variants["fp16"].parity.passed
+    assert (exact / "model.fp16.onnx").stat().st_size < 0.6 * (exact / "model.fp32.onnx").stat().st_size
+    assert Router.load(exact).route("find the Q3 deck", "admin").model_id.endswith("/fp32")
 
     again = tmp_path / "again"
     shutil.copytree(src, again)

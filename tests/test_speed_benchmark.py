@@ -42,17 +42,22 @@ def test_the_speed_benchmark_counts_the_calls_that_ran_the_graph_twice():
 
 
 def test_the_speed_benchmark_times_a_second_model_in_the_same_rounds():
+    """Each model is timed through its own default graph, in interleaved rounds."""
     from eval.bench_speed import comparison_lines, run_speed_benchmark
     from router.manifest import load_manifest
     from tests.conftest import FAST
 
     texts = ["find the Q3 board deck and email it to Maria", "book a meeting room for friday 3pm", "hi"]
     said = []
-    res = run_speed_benchmark(SHIPPED, texts, variants=("int8",), runs=2, compare=[FAST], report=said.append)
-    assert [r["name"] for r in res["rows"]] == ["router onnx int8", "router onnx int8: intent-minilm-fast"]
+    default, fast_default = (load_manifest(m).export.default_variant for m in (SHIPPED, FAST))
+    res = run_speed_benchmark(SHIPPED, texts, variants=(default,), runs=2, compare=[FAST], report=said.append)
+    assert [r["name"] for r in res["rows"]] == [
+        f"router onnx {default}",
+        f"router onnx {fast_default}: intent-minilm-fast",
+    ]
     assert res["rows"][1]["model"] == load_manifest(FAST).model_id and res["rows"][1]["runs"] == 2
-    assert said.index("run 1/2: router onnx int8 of " + str(FAST) + " ...") < said.index(
-        "run 2/2: router onnx int8 ..."
+    assert said.index(f"run 1/2: router onnx of {FAST} (its default graph) ...") < said.index(
+        f"run 2/2: router onnx {default} ..."
     )  # interleaved, not one model after the other
     (line,) = comparison_lines(res)
     main, fast = res["rows"]
@@ -60,7 +65,18 @@ def test_the_speed_benchmark_times_a_second_model_in_the_same_rounds():
         f"intent-minilm-fast against {res['model']}: p50 {main['p50_ms'] / fast['p50_ms']:.2f}x"
     )
     with pytest.raises(Exception, match="model directory not found"):  # before any timing
-        run_speed_benchmark(SHIPPED, texts, variants=("int8",), runs=1, compare=[FAST / "missing"])
+        run_speed_benchmark(SHIPPED, texts, variants=(default,), runs=1, compare=[FAST / "missing"])
+
+
+def test_a_compared_model_is_measured_against_the_default_graph_whatever_its_variant():
+    """A model whose default graph is fp16 is compared through that graph's row, not an int8 one."""
+    from eval.bench_speed import comparison_lines
+
+    fp16 = {"name": "router onnx fp16", "p50_ms": 4.0, "p99_ms": 8.0, "batch_msgs_per_s": 200.0}
+    other = {"name": "router onnx int8: fast", "p50_ms": 2.0, "p99_ms": 4.0, "batch_msgs_per_s": 500.0}
+    result = {"model": "m@1", "default_variant": "fp16", "rows": [fp16, other]}
+    assert comparison_lines(result) == ["fast against m@1: p50 2.00x, p99 2.00x, batches 2.50x (> 1: faster)"]
+    assert comparison_lines({**result, "default_variant": "int8"}) == []  # no row of that graph: no line
 
 
 def test_the_speed_benchmark_says_when_fp32_beats_int8_on_this_cpu():

@@ -179,13 +179,13 @@ def test_a_targets_file_gives_each_text_its_row_and_names_the_texts_it_lacks(tmp
 
 
 def test_the_recipe_that_writes_the_stored_targets_is_the_one_that_reads_them():
-    """training/configs/distilled-mpnet.yaml writes the targets training/configs/distilled.yaml reads:
+    """training/configs/distilled-mpnet.yaml writes the targets training/configs/default.yaml reads:
     apart from the teacher, their options must be the same, or a rebuild from the file would train
     another model."""
     from tests.conftest import ROOT
     from training.config import TrainConfig
 
-    reader = TrainConfig.from_file(ROOT / "training/configs/distilled.yaml")
+    reader = TrainConfig.from_file(ROOT / "training/configs/default.yaml")
     writer = TrainConfig.from_file(ROOT / "training/configs/distilled-mpnet.yaml")
     assert reader.teacher is None and writer.teacher is not None
     assert reader.teacher_targets == writer.teacher_targets and (ROOT / reader.teacher_targets).is_file()

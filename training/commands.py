@@ -128,7 +128,10 @@ def export(
         [Path("data/test.jsonl")],
         help="Held-out JSONL for the parity check; repeat for several files (each also gated on its own).",
     ),
-    variants: str = Opt("fp32,int8", help="Comma-separated: fp32, int8."),
+    variants: str = Opt(
+        "fp32,int8",
+        help="Comma-separated: fp32, fp16 (fp32 compute, weights stored in half precision), int8.",
+    ),
     keep_fp32: bool = Opt(
         True, "--keep-fp32/--drop-fp32", help="Keep the fp32 graph after the int8 one is made."
     ),
@@ -152,9 +155,15 @@ def export(
         "--kept-fp32",
         help="The MatMuls a -keepK recipe keeps out of int8 stay fp32, not MatMulNBits: faster without VNNI.",
     ),
+    half_int8: bool = Opt(
+        False,
+        "--half-int8",
+        help="The weights the int8 graph keeps in fp32 (the embedding table) stored as float16: a smaller file.",
+    ),
 ) -> None:
     """Export to ONNX (fp32 and int8) with calibrated probabilities and check parity. When no int8 recipe
-    passes, the fp32 graph becomes the default variant (or, with --require-int8, the export fails)."""
+    passes, the fp16 graph (fp32 compute, half the file) or else the fp32 graph becomes the default variant
+    (or, with --require-int8, the export fails)."""
     from router.routing import default_model_dir
     from training.export import export_model
 
@@ -170,6 +179,7 @@ def export(
         require_int8=require_int8,
         portable_int8=portable_int8,
         kept_fp32=kept_fp32,
+        half_int8=half_int8,
     )
     for name, v in manifest.export.variants.items():
         size, top1 = v.file.bytes / 1e6, v.parity.top1_agreement

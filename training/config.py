@@ -193,6 +193,11 @@ class TrainConfig(BaseModel):
         description="7-bit weights in the rowscaled recipes: the same integers on CPUs without VNNI "
         "(AVX2 only), at twice the weight rounding error (training.quantize.PORTABLE_WEIGHT_BITS).",
     )
+    int8_half_weights: bool = Field(
+        False,
+        description="The int8 graph's weights left in fp32 (the embedding table, most of its size) are stored "
+        "as float16 and cast at load: a smaller file, the same speed (training.half_storage).",
+    )
     int8_kept_fp32: bool = Field(
         False,
         description="The MatMuls a -keepK recipe keeps out of int8 stay fp32 instead of MatMulNBits: exact, "

@@ -20,6 +20,7 @@ from router.model_card import graph_scope_metadata, stamp_graph
 from router.turn_reader import FILE as TURN_READER_FILE
 from training.checkpoints import checkpoint_of
 from training.embeddings import add_embeddings
+from training.half_storage import HALF_DESCRIPTION, HALF_INT8, store_half
 from training.head import softmax_weights
 from training.intent_model import IntentModel
 from training.parity import (  # noqa: F401  (re-exported: the gates live with the parity check)
@@ -44,7 +45,8 @@ from training.quantize import (
 
 OPSET = 17
 TOKENIZER_FILE = "tokenizer.json"
-VARIANT_FILES = {"fp32": "model.fp32.onnx", "int8": "model.int8.onnx"}
+# fp16: the fp32 graph with its weights stored in half precision (training.half_storage), fp32 compute
+VARIANT_FILES = {"fp32": "model.fp32.onnx", "fp16": "model.fp16.onnx", "int8": "model.int8.onnx"}
 CLAUSE_READER_FILE = "clause_reader.npz"  # the in-context clause head (router.manifest.ClauseReader)
 PLAIN_FP32 = "model.fp32.plain.onnx"  # unfused, the input of the nbits recipe; removed after export
 CALIBRATION_TEXTS = 256  # training texts for the sensitivity pass of the -keepK recipes
@@ -121,6 +123,7 @@ def export_model(
     require_int8: bool = False,
     portable_int8: bool = False,
     kept_fp32: bool = False,
+    half_int8: bool = False,
 ) -> Manifest:
     """Export ``model_dir/checkpoint`` next to its manifest and check parity on ``parity_texts`` (or the
     JSONL file(s) ``parity_file``: held-out, in-scope and out-of-scope text); returns the new manifest.
@@ -130,13 +133,16 @@ def export_model(
     CALIBRATION_TEXTS texts of the training file the manifest names, else of the parity text) and keep the
     K most sensitive out of int8; the manifest lists them.
 
-    When every int8 recipe fails parity and the fp32 graph passes, the fp32 graph is kept and becomes the
-    default variant (exact, about 1.5x slower), so that a build whose int8 graphs miss by a message still
-    ends with a faithful model; the failed int8 graph stays beside it, marked failed, for inspection.
+    When every int8 recipe fails parity and the fp32 graph passes, a faithful graph becomes the default
+    variant, so that a build whose int8 graphs miss by a message still ends with a model: the ``fp16`` graph
+    (the fp32 graph with its weights stored in half precision, half the file, the fp32 graph's speed:
+    training.half_storage) when it passes its own parity check, else the fp32 graph. The failed int8 graph
+    stays beside it, marked failed, for inspection. ``variants`` may name ``fp16`` to make it in any case.
     Raises ParityError when fp32 fails, or when int8 fails and ``require_int8``. ``portable_int8``: the
     rowscaled recipes keep their weights to 7 bits, so CPUs without VNNI compute the same graph
     (training.quantize.PORTABLE_WEIGHT_BITS). ``kept_fp32``: the MatMuls a -keepK recipe keeps stay fp32
-    instead of MatMulNBits (faster on CPUs without VNNI; training.quantize.KEPT_FP32).
+    instead of MatMulNBits (faster on CPUs without VNNI; training.quantize.KEPT_FP32). ``half_int8``: the
+    weights an int8 graph keeps in fp32 (its embedding table) are stored as float16 before its parity check.
     """
     unknown = set(variants) - set(VARIANT_FILES)
     if unknown:
@@ -250,7 +256,7 @@ def export_model(
             opset=OPSET,
             tokenizer=tokenizer_entry,
             variants={**(manifest.export.variants if manifest.export else {}), v: spec},
-            default_variant="int8" if "int8" in variants else variants[0],
+            default_variant=next(d for d in ("int8", "fp16", "fp32", v) if d in variants or d == v),
         )
         manifest.save(model_dir)
         return spec
@@ -286,6 +292,9 @@ def export_model(
             description = quantize(
                 recipe, fp32_path, plain_path, dst, keep=kept, portable=portable_int8, kept_fp32=kept_fp32
             )
+            if half_int8:
+                store_half(dst, dst)
+                description += HALF_INT8
             report(
                 f"int8 {recipe} quantized in {time.perf_counter() - t0:.1f}s ({dst.stat().st_size / 1e6:.1f} MB)"
             )
@@ -316,13 +325,24 @@ def export_model(
         spec.rejected = [r for r in rejected if r not in failures]
     int8_failed = [f for f in failures if f.startswith("int8")]
     fp32_passed = "fp32" in variants and not any(f.startswith("fp32") for f in failures)
-    fp32_default = bool(int8_failed) and fp32_passed and not require_int8
-    if fp32_default:
-        manifest.export.default_variant = "fp32"
+    fallback = bool(int8_failed) and not require_int8
+    fp16_failed: list[str] = []
+    if "fp16" in variants or (fallback and fp32_passed):
+        half = store_half(fp32_path, model_dir / VARIANT_FILES["fp16"])
+        saved = half["bytes_saved"] / 1e6
+        report(f"fp16 graph: {half['tensors']} weights stored in half precision ({saved:.1f} MB less)")
+        register("fp16", None, HALF_DESCRIPTION)
+        fp16_failed = check_parity(model, model_dir, manifest, parity, report, ["fp16"], ref)
+        if "fp16" in variants:  # asked for: its failure is the export's
+            failures += fp16_failed
+    fp16_passed = "fp16" in manifest.export.variants and not fp16_failed
+    faithful = ("fp16" if fp16_passed else "fp32" if fp32_passed else None) if fallback else None
+    if faithful is not None:
+        manifest.export.default_variant = faithful
         failures = [f for f in failures if f not in int8_failed]
         report(
-            "WARNING: no int8 recipe passed parity; the fp32 graph is the default variant (exact, slower). "
-            "The failed int8 graph stays, marked failed: " + "; ".join(int8_failed)
+            f"WARNING: no int8 recipe passed parity; the {faithful} graph is the default variant (fp32 "
+            "compute, slower). The failed graphs stay, marked failed: " + "; ".join(int8_failed + fp16_failed)
         )
     if not failures:  # a failed export keeps its graphs as they were checked
         add_embeddings(model_dir, manifest, _train_file(manifest), report)
@@ -330,7 +350,7 @@ def export_model(
     plain_path.unlink(missing_ok=True)
     if "fp32" not in variants:
         fp32_path.unlink(missing_ok=True)
-    elif not keep_fp32 and not fp32_default:
+    elif not keep_fp32 and manifest.export.default_variant != "fp32":
         fp32_path.unlink()
         del manifest.export.variants["fp32"]
         manifest.save(model_dir)

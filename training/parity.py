@@ -16,10 +16,10 @@ import numpy as np
 
 from router.manifest import Manifest, ModelError, Parity
 
-PARITY_MIN = {"fp32": 1.0, "int8": 0.995}
+PARITY_MIN = {"fp32": 1.0, "fp16": 1.0, "int8": 0.995}
 # A split of compound requests (two intents each) is gated on the routed intents at this floor: their
 # decisions combine several graph runs and two thresholds, and a 128-message split moves in steps of 0.8%.
-PARITY_MIN_COMPOUND = {"fp32": 1.0, "int8": 0.97}
+PARITY_MIN_COMPOUND = {"fp32": 1.0, "fp16": 1.0, "int8": 0.97}
 MAX_PROB_DIFF = 0.15
 PARITY_BATCH = 32
 # Export prefers a recipe that clears the gates with this margin (fastest first); a recipe that only

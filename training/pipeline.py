@@ -57,6 +57,7 @@ def build(
         report=report,
         portable_int8=cfg.portable_int8,
         kept_fp32=cfg.int8_kept_fp32,
+        half_int8=cfg.int8_half_weights,
         **recipes,
     )
     turns = cfg.conversation_train_file
