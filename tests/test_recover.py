@@ -261,10 +261,28 @@ def test_bench_speed_times_the_pytorch_model_read_back_when_no_checkpoint_ships(
     assert all(r["speedup_p50_vs_setfit"] > 0 for r in res["rows"])
     assert any("reading the PyTorch model back" in line for line in said)
 
-    said.clear()  # the fast model's 3-layer student body is not the base model's shape: no read-back
+    said.clear()  # the fast model's graph runs int8 activations: no read-back
     res = speed_benchmark(FAST, data, runs=1, report=said.append)
     assert not any(r["name"].startswith("setfit") for r in res["rows"])
-    assert any("skipping setfit pytorch" in line and "lacks these weights" in line for line in said)
+    assert any("skipping setfit pytorch" in line and "int8 activations" in line for line in said)
+
+
+def test_a_graph_lacking_layers_of_the_base_body_is_refused_by_name(tmp_path, monkeypatch):
+    """A graph whose body has fewer layers than the base model (a cut student read into the full base)
+    names the weights it lacks, and nothing is written."""
+    import training.recover as recover
+    from router.manifest import ModelError
+
+    real = recover.graph_tensors
+
+    def cut(model):  # the graph as a student without the base model's last layer would hold it
+        tensors, quantized = real(model)
+        return {k: v for k, v in tensors.items() if not k.startswith("encoder.layer.5.")}, quantized
+
+    monkeypatch.setattr(recover, "graph_tensors", cut)
+    with pytest.raises(ModelError, match=r"lacks these weights of the body: encoder\.layer\.5\."):
+        recover.recover_body(SHIPPED, tmp_path / "body", report=lambda _: None)
+    assert not (tmp_path / "body").exists()
 
 
 def test_the_head_is_read_as_the_export_writes_it_and_anything_else_is_refused():
