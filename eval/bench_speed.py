@@ -159,9 +159,8 @@ def run_speed_benchmark(
     reference_model: str | None = None,
 ) -> dict:
     """Benchmark every exported variant on the same messages, the default graph's router of each model in
-    ``compare``
-    (e.g. the default and the fast model: on a host whose speed drifts, only an interleaved comparison is
-    a fair one), and ``reference`` (a name and a loader of a Predictor, e.g. SetFit PyTorch opened by the
+    ``compare`` (e.g. the default and the fast model: on a host whose speed drifts, only an interleaved
+    comparison is a fair one), and ``reference`` (a name and a loader of a Predictor, e.g. SetFit PyTorch opened by the
     training side) if given, ``runs`` times interleaved; each row is the median of the runs with the
     spread; ratios are against the reference, whose model id is ``reference_model`` (default: this
     model's)."""

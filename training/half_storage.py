@@ -63,13 +63,13 @@ def store_half(src: str | Path, dst: str | Path, min_elements: int = MIN_ELEMENT
     return {"tensors": len(casts), "bytes_saved": halved_bytes}
 
 
-def full_precision(model):
-    """``model`` (an ``onnx.ModelProto``) with every weight ``store_half`` halved back as a float32
-    initializer under its old name and the casts removed; a graph without them is returned as it is."""
-    from onnx import TensorProto, numpy_helper
+def half_casts(model) -> list:
+    """The Cast nodes by which ``store_half`` feeds each weight it halved to the graph (an
+    ``onnx.ModelProto``): one per weight stored in half precision."""
+    from onnx import TensorProto
 
     inits = {i.name: i for i in model.graph.initializer}
-    casts = [
+    return [
         n
         for n in model.graph.node
         if n.op_type == "Cast"
@@ -77,8 +77,17 @@ def full_precision(model):
         and inits[n.input[0]].data_type == TensorProto.FLOAT16
         and n.input[0].endswith(HALF_SUFFIX)
     ]
+
+
+def full_precision(model):
+    """``model`` (an ``onnx.ModelProto``) with every weight ``store_half`` halved back as a float32
+    initializer under its old name and the casts removed; a graph without them is returned as it is."""
+    from onnx import numpy_helper
+
+    casts = half_casts(model)
     if not casts:
         return model
+    inits = {i.name: i for i in model.graph.initializer}
     for node in casts:
         value = numpy_helper.to_array(inits.pop(node.input[0])).astype(np.float32)
         inits[node.output[0]] = numpy_helper.from_array(value, node.output[0])

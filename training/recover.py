@@ -23,7 +23,7 @@ import numpy as np
 
 from router.manifest import Manifest, ModelError, load_manifest, verify_file
 from training.graph_weights import BODY_SCOPE, graph_tensors
-from training.half_storage import HALF_SUFFIX, full_precision
+from training.half_storage import full_precision, half_casts
 
 RECOVERY_NOTE = "recovered.json"
 # texts the recovered body and the graph embed, to check the recovery (any text would do)
@@ -85,7 +85,7 @@ def recovered_body(
     entry = variants[variant]
     path = verify_file(model_dir, entry.file)
     graph = onnx.load(str(path))
-    halved = sum(i.name.endswith(HALF_SUFFIX) for i in graph.graph.initializer)
+    halved = len(half_casts(graph))
     graph = full_precision(graph)  # weights stored in half precision, as float32 (training.half_storage)
     tensors, quantized = graph_tensors(graph)
 
@@ -167,8 +167,8 @@ def recovered_line(note: dict) -> str:
     recipe = f", {note['recipe']}" if note["recipe"] else ""
     return (
         f"body recovered from {Path(note['graph']).name} ({note['variant']}{recipe}): {note['weights']} weights, "
-        f"{note['dequantized']} dequantized, {note.get('half_precision', 0)} stored in half precision; its embeddings against the graph's on {note['probe_texts']} texts: "
-        f"cosine >= {note['min_cosine']:.6f}"
+        f"{note['dequantized']} dequantized, {note.get('half_precision', 0)} stored in half precision; its "
+        f"embeddings against the graph's on {note['probe_texts']} texts: cosine >= {note['min_cosine']:.6f}"
     )
 
 
