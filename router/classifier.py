@@ -26,6 +26,7 @@ from router.compound import (
 )
 from router.manifest import Manifest, ModelError, load_manifest, verify_file
 from router.model_card import check_graph_metadata, read_graph_metadata
+from router.shipped import resolve_model_dir
 from router.turn_reader import TurnReader
 from router.wordpiece import AsciiWordPiece
 
@@ -74,7 +75,7 @@ class Classifier:
         max_tokens: int = DEFAULT_MAX_TOKENS,
         fast_tokenizer: bool = True,
     ) -> None:
-        self.model_dir = Path(model_dir)
+        self.model_dir = resolve_model_dir(model_dir)
         self.max_batch = max(1, int(max_batch))
         self.max_tokens = max(1, int(max_tokens))
         self.manifest = manifest or load_manifest(self.model_dir)

@@ -29,9 +29,23 @@ state = {"debug": False, "verbose": False}
 OUR_PACKAGES = ("router", "eval", "training")
 
 # Options shared by several commands, declared once.
+
+
+def _model_option(value: Path | None) -> Path | None:
+    """--model takes a folder or a shipped model's name (router.shipped)."""
+    from router.shipped import resolve_model_dir
+
+    return None if value is None else resolve_model_dir(value)
+
+
 ModelDir = Annotated[
     Path | None,
-    Opt("--model", help="Exported model directory (default: $INTENT_ROUTER_MODEL or the shipped model)."),
+    Opt(
+        "--model",
+        callback=_model_option,
+        help="Exported model directory, or a shipped model's name: intent-minilm, intent-minilm-fast "
+        "(default: $INTENT_ROUTER_MODEL or intent-minilm).",
+    ),
 ]
 OutModelDir = Annotated[
     Path | None,

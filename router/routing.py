@@ -9,13 +9,11 @@ builds the Decision once.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from router import env as envvars
 from router.classification import Classification, RoutingClassifier
 from router.classifier import Classifier
 from router.compound import compound_confidence
@@ -41,24 +39,10 @@ from router.examples import ExampleIntents
 from router.grants import SkillGrants
 from router.intents import RESERVED, intents_of
 from router.message import Message, admit, classify_admitted
+from router.shipped import default_model_dir, resolve_model_dir
 from router.steps import compound_step, ranking, scope_of, step
 from router.verifier import Verifier
 from router.verifier.stage import check_verifier, verify_stage
-
-MODEL_ENV = "INTENT_ROUTER_MODEL"
-SHIPPED_MODEL = Path(__file__).resolve().parent.parent / "models" / "intent-minilm"  # source checkout
-INSTALLED_MODEL = Path(sys.prefix) / "share" / "intent-router" / "models" / "intent-minilm"  # pip install .
-
-
-def default_model_dir() -> Path:
-    """$INTENT_ROUTER_MODEL, else the shipped model: this checkout's models/ folder, or the copy that a
-    regular (non-editable) install puts under <prefix>/share/intent-router/."""
-    env = envvars.get_str(MODEL_ENV)
-    if env:
-        return Path(env)
-    if (SHIPPED_MODEL / "manifest.json").is_file() or not (INSTALLED_MODEL / "manifest.json").is_file():
-        return SHIPPED_MODEL
-    return INSTALLED_MODEL
 
 
 @dataclass(frozen=True)
@@ -129,7 +113,11 @@ class Router:
         decision_log: DecisionLog | None = None,
     ) -> Router:
         cfg = config if isinstance(config, RouterConfig) else RouterConfig.load(config)
-        clf = Classifier(model_dir or default_model_dir(), variant=variant, intra_op_threads=intra_op_threads)
+        clf = Classifier(
+            resolve_model_dir(model_dir) if model_dir else default_model_dir(),
+            variant=variant,
+            intra_op_threads=intra_op_threads,
+        )
         return cls(clf, cfg, verifier=verifier, threshold=threshold, decision_log=decision_log)
 
     # ------------------------------------------------------------------------------------ route

@@ -107,7 +107,7 @@ def train(
 ) -> None:
     """Train the SetFit intent model and calibrate it on dev (temperature scaling)."""
     flags = {k: v for k, v in locals().items() if k not in ("out", "config")}  # before any import
-    from router.routing import default_model_dir
+    from router.shipped import default_model_dir
     from training.train import summary_rows
     from training.train import train as train_model
 
@@ -164,7 +164,7 @@ def export(
     """Export to ONNX (fp32 and int8) with calibrated probabilities and check parity. When no int8 recipe
     passes, the fp16 graph (fp32 compute, half the file) or else the fp32 graph becomes the default variant
     (or, with --require-int8, the export fails)."""
-    from router.routing import default_model_dir
+    from router.shipped import default_model_dir
     from training.export import export_model
 
     names = [v.strip() for v in variants.split(",") if v.strip()]
@@ -203,7 +203,7 @@ def fit_turns(
     """Fit the turn reader of an exported model (router.turn_reader): after a turn, it tells a
     continuation from small talk and from a request of its own. 'build' does this after export; 'export'
     drops a reader fitted on the graph it replaces."""
-    from router.routing import default_model_dir
+    from router.shipped import default_model_dir
     from training.turn_reader import fit_turn_reader
 
     fit_turn_reader(model or default_model_dir(), conversations, train_file, seed=seed, report=say)
@@ -229,7 +229,7 @@ def recover_body(
 ) -> None:
     """Read a trainable body back from an exported graph, for a model that ships without its checkpoint:
     quantized weights come back dequantized. A build names the model as 'teacher' and does this itself."""
-    from router.routing import default_model_dir
+    from router.shipped import default_model_dir
     from training.libraries import quiet_libraries
     from training.readback import recover_model
     from training.recover import recover_body as recover

@@ -33,11 +33,11 @@ def build(
     test and dev splits and ``oos``, each file also on its own) and, when there is a test split and eval's extras are installed, evaluate the
     int8 router on it (with ``oos`` when that file exists) into ``report_dir``.
 
-    ``out`` defaults to the default model directory (router.routing.default_model_dir). Returns
+    ``out`` defaults to the default model directory (router.shipped.default_model_dir). Returns
     ``(manifest, report or None)``; the build's wall time is recorded in the manifest."""
     from router.intents import CONTINUATION
     from router.manifest import load_manifest
-    from router.routing import default_model_dir
+    from router.shipped import default_model_dir
     from training.export import export_model
     from training.train import train
     from training.turn_reader import fit_turn_reader
@@ -113,7 +113,7 @@ def evaluate_model(
     the plots there. ``options`` go to eval.evaluator.run_evaluation (oos, threshold, columns, ...)."""
     from eval.evaluator import run_evaluation
     from eval.report import write_report
-    from router.routing import default_model_dir
+    from router.shipped import default_model_dir
     from training.backends import load_predictor
 
     model = model or default_model_dir()
@@ -147,7 +147,7 @@ def speed_benchmark(
     student) cannot be read back: name the default model as the reference."""
     from eval.bench_speed import run_speed_benchmark
     from eval.data import load_unlabeled
-    from router.routing import default_model_dir
+    from router.shipped import default_model_dir
 
     model = Path(model or default_model_dir())
     texts = load_unlabeled(data).texts[:limit]

@@ -40,6 +40,6 @@ class ScoreOptions:
 def model_labels(model_dir: str | None) -> tuple[str, ...]:
     """The labels of the model that scores (its manifest's)."""
     from router.manifest import load_manifest
-    from router.routing import default_model_dir
+    from router.shipped import default_model_dir
 
     return tuple(load_manifest(model_dir or default_model_dir()).labels)

@@ -205,7 +205,7 @@ class State:
                 close_verifier(router.verifier)
 
     def _configured(self) -> Target:
-        from router.routing import default_model_dir
+        from router.shipped import default_model_dir
 
         s = self.settings
         model = s.model_dir if s.model_dir is not None else default_model_dir()
