@@ -171,6 +171,11 @@ class Classifier:
         return f"{self.manifest.model_id}/{self.variant}"
 
     @property
+    def languages(self) -> list[str] | None:
+        """The languages of the training text (the manifest's model card), None when not recorded."""
+        return self.manifest.languages
+
+    @property
     def label_counts(self) -> dict[str, int] | None:
         """Training rows per label, as the manifest records them (None when it does not)."""
         data = self.manifest.training.data

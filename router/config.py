@@ -68,6 +68,9 @@ class RouterConfig(BaseModel):
     thresholds: dict[str, float] = Field(default_factory=dict)
     fallback_intents: list[str] = Field(default_factory=list)
     max_chars: int = Field(10000, ge=1)
+    # a message in a language the model was not trained on goes to the verifier or the fallback
+    # (router.language); false routes it on the model's reading, whatever its language
+    language_check: bool = True
     intents: dict[str, IntentSkills]
     skills: dict[str, Skill]
     roles: dict[str, Role]

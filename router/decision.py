@@ -32,6 +32,7 @@ class ReasonCode(str, Enum):
     NEEDS_CONTEXT = "needs_context"  # a continuation with no previous turn to read it with: no skill
     CLARIFY = "clarify"  # unsure, no verifier answer and no fallback intents: no skill, ask the user
     MATCHED_EXAMPLES = "matched_examples"  # an intent defined by examples: its nearest example reached it
+    UNSUPPORTED_LANGUAGE = "unsupported_language"  # in a language the model does not read, no verifier answer
 
 
 # the message of a ``clarify`` Decision, for a caller that reads only the message

@@ -291,6 +291,11 @@ class Manifest(BaseModel):
         description="Labels in the output order of the graph and of the calibrated head."
     )
     base_model: str
+    languages: list[str] | None = Field(
+        None,
+        description="ISO 639-1 codes of the languages the training text is in (the model card); the router "
+        "sends a message in another language to the verifier (router.language). None: not recorded.",
+    )
     max_seq_length: int = Field(ge=MIN_SEQ_LENGTH, le=MAX_SEQ_LENGTH)
     pooling: str = "mean"
     normalize: bool = True

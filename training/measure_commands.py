@@ -263,7 +263,7 @@ def bench_scope(
     out: Path | None = Opt(None, help="Write the results JSON here."),
 ) -> dict:
     """The out-of-scope boundary on text nobody here wrote: CLINC150's side-effect intents (routed to ACTION?),
-    its small talk and oos_test (not routed?), with the in-scope distance on and off (training/benchmark_scope.py)."""
+    its information intents (routed? SEARCH for live data?), its small talk and oos_test (not routed?), with the in-scope distance on and off (training/benchmark_scope.py)."""
     import json
 
     from training.benchmark_scope import DISTANCE_CHOICES, run_scope_check
@@ -274,20 +274,14 @@ def bench_scope(
         raise fail(str(e), code=2) from None
     rows = []
     for choice, groups in result["runs"].items():
-        se, st, oo = groups["side_effect"], groups["small_talk"], groups["oos_test"]
-        rows.append(
-            [
-                choice,
-                f"{se['action']:.1%}",
-                f"{se['out_of_scope']:.1%}",
-                f"{st['not_routed']:.1%}",
-                f"{oo['not_routed']:.1%}",
-            ]
-        )
-    header = [
-        "distance",
-        "side-effect: ACTION",
-        "side-effect: out of scope",
+        se, inf, st, oo = (groups[g] for g in ("side_effect", "information", "small_talk", "oos_test"))
+        shares = (se["action"], se["out_of_scope"], inf["routed_confident"], inf["out_of_scope"])
+        shares += (inf["live_data_search"], st["not_routed"], oo["not_routed"])
+        rows.append([choice, *(f"{v:.1%}" for v in shares)])
+    header = ["distance", "side-effect: ACTION", "side-effect: out of scope", "information: routed"]
+    header += [
+        "information: out of scope",
+        "live data: SEARCH",
         "small talk: not routed",
         "oos_test: not routed",
     ]

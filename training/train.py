@@ -135,12 +135,14 @@ def train(
         created_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         labels=labels,
         base_model=config.base_model if not Path(config.base_model).is_dir() else str(config.base_model),
+        languages=list(config.languages),
         max_seq_length=config.max_seq_length,
         training={
             "hyperparameters": config.model_dump(
                 mode="json",
                 exclude={
                     "name",
+                    "languages",
                     "train_file",
                     "more_train_files",
                     "heads_only_file",
