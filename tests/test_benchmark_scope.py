@@ -6,13 +6,22 @@ import json
 import pytest
 
 from tests.conftest import SHIPPED
-from training.benchmark_scope import SIDE_EFFECT_INTENTS, SMALL_TALK_INTENTS, run_scope_check, scope_groups
+from training.benchmark_scope import (
+    INFORMATION_INTENTS,
+    LIVE_DATA_INTENTS,
+    SIDE_EFFECT_INTENTS,
+    SMALL_TALK_INTENTS,
+    run_scope_check,
+    scope_groups,
+)
 
 ROWS = {
     "text": ["text my brother that i'm outside", "send a message to the landlord about the leak"],
     "alarm": ["wake me up at 6:30 tomorrow", "set an alarm for 7"],
     "greeting": ["hey there, good morning"],
     "thank_you": ["thanks so much, that was helpful"],
+    "weather": ["will it rain in boston tomorrow", "do i need a coat today"],
+    "definition": ["what does ubiquitous mean"],
     "balance": ["what is the balance of my checking account"],  # in no group
 }
 OOS = ["how do i become a better singer", "what's the best age to learn chess"]
@@ -32,8 +41,10 @@ def test_the_groups_take_their_intents_from_the_test_split(clinc):
     groups = scope_groups(clinc)
     assert [y for _, y in groups["side_effect"]] == ["text", "text", "alarm", "alarm"]
     assert {y for _, y in groups["small_talk"]} == {"greeting", "thank_you"}
+    assert [y for _, y in groups["information"]] == ["weather", "weather", "definition"]
     assert [t for t, _ in groups["oos_test"]] == OOS
     assert "alarm" in SIDE_EFFECT_INTENTS and "greeting" in SMALL_TALK_INTENTS
+    assert len(INFORMATION_INTENTS) == 33 and len(LIVE_DATA_INTENTS) == 18 and "weather" in LIVE_DATA_INTENTS
 
 
 def test_each_group_is_routed_and_counted_with_the_distance_on_and_off(clinc):
@@ -46,6 +57,12 @@ def test_each_group_is_routed_and_counted_with_the_distance_on_and_off(clinc):
         assert se["action"] == sum(r["action"] for r in se["per_intent"].values()) / 4
         assert st["n"] == 2 and st["routed"] + st["not_routed"] == pytest.approx(1.0)
         assert st["out_of_scope"] == sum(st["out_of_scope_by"].values()) / 2
+        info = groups["information"]
+        assert info["n"] == 3 and info["live_data_n"] == 2
+        per = info["per_intent"]
+        assert info["routed_confident"] == pytest.approx(sum(r["routed"] for r in per.values()) / 3, abs=1e-6)
+        assert info["live_data_search"] == pytest.approx(per["weather"]["search"] / 2, abs=1e-6)
+        assert info["below_threshold"] == pytest.approx(sum(r["unsure"] for r in per.values()) / 3, abs=1e-6)
     assert result["runs"]["off"]["small_talk"]["out_of_scope_by"].get("distance", 0) == 0
 
 

@@ -213,14 +213,18 @@ def run_scope_check(
     }
 
 
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.1%}"
+
+
 def summary_line(figures: dict) -> str:
     """One line of a run's figures, as `bench scope` prints it."""
     se, inf = figures["side_effect"], figures["information"]
     st, oo = figures["small_talk"], figures["oos_test"]
     return (
-        f"side-effect intents ACTION {se['action']:.1%}, out of scope {se['out_of_scope']:.1%} (n={se['n']}); "
-        f"information intents routed {inf['routed_confident']:.1%}, out of scope {inf['out_of_scope']:.1%}, "
-        f"below the threshold {inf['below_threshold']:.1%} (n={inf['n']}), live-data SEARCH "
-        f"{inf['live_data_search']:.1%} (n={inf['live_data_n']}); small talk not routed "
-        f"{st['not_routed']:.1%} (n={st['n']}); oos_test not routed {oo['not_routed']:.1%} (n={oo['n']})"
+        f"side-effect intents ACTION {_pct(se['action'])}, out of scope {_pct(se['out_of_scope'])} "
+        f"(n={se['n']}); information intents routed {_pct(inf['routed_confident'])}, out of scope "
+        f"{_pct(inf['out_of_scope'])}, below the threshold {_pct(inf['below_threshold'])} (n={inf['n']}), "
+        f"live-data SEARCH {_pct(inf['live_data_search'])} (n={inf['live_data_n']}); small talk not routed "
+        f"{_pct(st['not_routed'])} (n={st['n']}); oos_test not routed {_pct(oo['not_routed'])} (n={oo['n']})"
     )

@@ -277,7 +277,7 @@ def bench_scope(
         se, inf, st, oo = (groups[g] for g in ("side_effect", "information", "small_talk", "oos_test"))
         shares = (se["action"], se["out_of_scope"], inf["routed_confident"], inf["out_of_scope"])
         shares += (inf["live_data_search"], st["not_routed"], oo["not_routed"])
-        rows.append([choice, *(f"{v:.1%}" for v in shares)])
+        rows.append([choice, *("n/a" if v is None else f"{v:.1%}" for v in shares)])
     header = ["distance", "side-effect: ACTION", "side-effect: out of scope", "information: routed"]
     header += [
         "information: out of scope",
