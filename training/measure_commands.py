@@ -278,13 +278,8 @@ def bench_scope(
         shares = (se["action"], se["out_of_scope"], inf["routed_confident"], inf["out_of_scope"])
         shares += (inf["live_data_search"], st["not_routed"], oo["not_routed"])
         rows.append([choice, *("n/a" if v is None else f"{v:.1%}" for v in shares)])
-    header = ["distance", "side-effect: ACTION", "side-effect: out of scope", "information: routed"]
-    header += [
-        "information: out of scope",
-        "live data: SEARCH",
-        "small talk: not routed",
-        "oos_test: not routed",
-    ]
+    header = ["distance", "side-effect: ACTION", "side-effect: oos", "info: routed", "info: oos"]
+    header += ["live: SEARCH", "small talk: unrouted", "oos_test: unrouted"]  # oos: called out of scope
     table(f"CLINC150 test, {result['model_id']}", header, rows)
     if out:
         out.write_text(json.dumps(result, indent=2) + "\n")
