@@ -98,3 +98,32 @@ def test_the_config_can_turn_the_check_off(router):
     r = Router(router.classifier, cfg)
     assert r.language is None
     assert r.route("重启索引服务", role="admin").reason_code != ReasonCode.UNSUPPORTED_LANGUAGE
+
+
+def test_bench_languages_counts_each_outcome_per_language(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    rows = [
+        {"text": "重启索引服务", "label": "ACTION", "lang": "zh"},
+        {"text": "starte bitte den Indexdienst neu", "label": "ACTION", "lang": "de"},
+        {"text": "hola, ¿qué tal?", "label": "OUT_OF_SCOPE", "lang": "es"},
+    ]
+    path = tmp_path / "langs.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    out = tmp_path / "langs.json"
+    args = ["bench", "languages", "--path", str(path), "--model", str(committed("models/intent-minilm"))]
+    res = CliRunner().invoke(app, [*args, "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    result = json.loads(out.read_text(encoding="utf-8"))
+    assert result["requests"] == 2 and result["outcomes"]["unsupported_language"] == 2
+    assert (
+        result["per_language"]["zh"]["unsupported_language"] == 1 and sum(result["small_talk"].values()) == 1
+    )
+    assert result["right_or_unsupported"] == 1.0 and result["misses"] == []
+    path.write_text('{"text": "hola"}\n', encoding="utf-8")
+    bad = CliRunner().invoke(app, args)
+    assert bad.exit_code == 2 and "needs string field(s) label, lang" in bad.output

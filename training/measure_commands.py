@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated
 
 from router.console import (
+    ModelDir,
     Opt,
     RouterConfigFile,
     TextColumn,
@@ -329,4 +330,35 @@ def bench_encoders(
     table(f"linear probe, head fitted on {train} ({result['train']['rows']} rows)", header, rows)
     if out:
         console.print(f"wrote {write_json(result, out)}")
+    return result
+
+
+@command()
+def bench_languages(
+    path: Path = Opt(Path("data/blind_languages.jsonl"), help="JSONL with text, label and lang."),
+    model: ModelDir = None,
+    role: Annotated[str | None, Opt(help="Role to route as (default: the config's first).")] = None,
+    out: Path | None = Opt(None, help="Write the results JSON here."),
+) -> dict:
+    """Messages in languages the model was not trained on: each request should be routed right or carry
+    reason unsupported_language, never be called out of scope (eval/languages.py)."""
+    import json
+
+    from eval.languages import OUTCOMES, run_language_check
+
+    try:
+        result = run_language_check(path, model, role)
+    except (ValueError, OSError) as e:
+        raise fail(str(e), code=2) from None
+    rows = [[lang, *(str(c[o]) for o in OUTCOMES)] for lang, c in result["per_language"].items()]
+    rows.append(["all", *(str(result["outcomes"][o]) for o in OUTCOMES)])
+    table(f"{result['requests']} requests, {result['model_id']}", ["language", *OUTCOMES], rows)
+    say(
+        f"routed right or unsupported_language: {result['right_or_unsupported']:.1%}; small talk: {result['small_talk']}"
+    )
+    for m in result["misses"]:
+        say(f"  {m['lang']} {m['label']} -> {'+'.join(m['intents']) or 'out of scope'}: {m['text']}")
+    if out:
+        out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+        console.print(f"wrote {out}")
     return result
