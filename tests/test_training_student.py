@@ -251,8 +251,7 @@ def test_a_teacher_needs_a_student_and_a_checkpoint_or_a_graph(tmp_path):
     from training.checkpoints import teacher_body, teacher_checkpoint
     from training.config import TrainConfig
 
-    with pytest.raises(ValueError, match="distil_layers"):
-        TrainConfig(teacher=tmp_path, distil_clause_weight=0.5)
+    TrainConfig(teacher=tmp_path, distil_clause_weight=0.5)  # a student of another encoder takes it too
     with pytest.raises(ValueError, match="unknown int8 recipes"):
         TrainConfig(export_recipes=["rowscaled-int9"])
     build = tmp_path / "build"

@@ -178,7 +178,8 @@ class TrainConfig(BaseModel):
         0.0,
         ge=0,
         description="Weight of the clauses-in-context target (for clause_context_layers: the student's "
-        "last states pooled over a clause should be the teacher's embedding of the clause read alone).",
+        "last states pooled over a clause should be the teacher's embedding of the clause read alone), in "
+        "either distillation.",
     )
     distil_head_weight: float = Field(
         0.3,
@@ -229,11 +230,8 @@ class TrainConfig(BaseModel):
 
     @model_validator(mode="after")
     def _teacher_needs_student(self) -> TrainConfig:
-        encoder_student = (self.teacher or self.teacher_targets) is not None and self.distil_layers is None
-        if encoder_student and self.distil_clause_weight > 0:
-            raise ValueError(
-                "distil_clause_weight trains a student cut from the teacher's layers: set distil_layers too"
-            )
+        if self.distil_clause_weight > 0 and (self.teacher or self.teacher_targets) is None:
+            raise ValueError("distil_clause_weight trains a distilled student: set teacher or teacher_targets")
         if self.teacher_targets is not None and self.distil_layers is not None:
             raise ValueError(
                 "teacher_targets serve a student of another encoder (teacher without distil_layers); a "

@@ -13,7 +13,11 @@ loaded while the student trains:
   the student's own space;
 - optionally the teacher's decision (``head_weight``): a logistic head fitted on the teacher's embeddings
   of the labeled messages, applied to the mapped student embedding, should give the teacher's
-  probabilities (KL divergence).
+  probabilities (KL divergence);
+- optionally the clauses in context (``clause_weight``), for a router that reads a message's clauses from
+  its own run (router.manifest.ClauseReader) instead of a second one: the mean of the student's last
+  token states over each clause of a message (router.clauses), normalised and mapped, should be the
+  teacher's embedding of the clause read alone. Clauses whose own text has no target are skipped.
 
 The heads are then fitted on the student, as after any other body (training.intent_model).
 training.distil is the other distillation: a student cut from the teacher's own layers.
@@ -59,6 +63,7 @@ def distil_encoder(
     labels: Mapping[str, str] | None = None,
     head_weight: float = 0.0,
     head_params: Mapping | None = None,
+    clause_weight: float = 0.0,
     report: Reporter = print,
     show_progress: bool = True,
 ):
@@ -68,7 +73,7 @@ def distil_encoder(
     length, in a seeded shuffled order; the learning rate warms up over the first 10% of steps, then
     decays to 0. ``freeze_embeddings`` keeps the student's token embedding table fixed; ``dropout`` off
     trains in eval mode. ``labels`` (text -> label) and ``head_params`` (the model head's) give the
-    teacher's head."""
+    teacher's head; ``clause_weight`` > 0 adds the clauses-in-context target."""
     import torch
 
     from training.distil import teacher_head
@@ -100,11 +105,14 @@ def distil_encoder(
     if head is not None:
         weight, bias = head
         head_targets = [torch.log_softmax(t @ weight.T + bias, dim=1) for t in target]
+    clauses = clause_batches(student, texts, batches) if clause_weight else []
+    if clauses:
+        report(f"clauses in context: {sum(len(c[2]) for c in clauses if c)} clause targets")
 
     def step(b: int):
         features = student.preprocess([texts[i] for i in batches[b]])
-        emb = student(features)["sentence_embedding"]
-        emb = torch.nn.functional.normalize(emb, dim=1)
+        out = student(features)
+        emb = torch.nn.functional.normalize(out["sentence_embedding"], dim=1)
         mapped = torch.nn.functional.normalize(linear(emb), dim=1)
         loss = ((mapped - target[b]) ** 2).sum(dim=1).mean()
         parts = {"embedding": loss.detach().item()}
@@ -116,6 +124,16 @@ def distil_encoder(
             kl = head_divergence(mapped, head, head_targets[b])
             parts["teacher head"] = kl.detach().item()
             loss = loss + head_weight * kl
+        if clauses and clauses[b] is not None:
+            rows, weights, which = clauses[b]
+            states = out["token_embeddings"][rows][:, : weights.shape[1]]
+            pooled = torch.einsum("ct,cth->ch", weights[:, : states.shape[1]], states)
+            pooled = torch.nn.functional.normalize(
+                linear(torch.nn.functional.normalize(pooled, dim=1)), dim=1
+            )
+            in_context = ((pooled - targets[which]) ** 2).sum(dim=1).mean()
+            parts["clauses in context"] = in_context.detach().item()
+            loss = loss + clause_weight * in_context
         return loss, parts
 
     train_epochs(
@@ -133,6 +151,48 @@ def distil_encoder(
         show_progress=show_progress,
     )
     return student
+
+
+def clause_batches(student, texts: Sequence[str], batches: Sequence[Sequence[int]]) -> list:
+    """Per batch, None or (the row of each clause, its token weights (clauses, tokens): 1/n on its n
+    tokens of the batch's padded encoding, the index in ``texts`` of the clause's own text), for the
+    messages that split into clauses (router.clauses) whose clauses have a target of their own."""
+    import numpy as np
+    import torch
+
+    from router.clauses import split_clauses
+    from router.compound import clause_token_masks
+
+    index = {t: k for k, t in enumerate(texts)}
+    out = []
+    for batch in batches:
+        split = {r: [c for c in split_clauses(texts[i]) if c in index] for r, i in enumerate(batch)}
+        if not any(split.values()):
+            out.append(None)
+            continue
+        enc = student.tokenizer(
+            [texts[i] for i in batch],
+            padding=True,
+            truncation=True,
+            max_length=student.max_seq_length,
+            return_offsets_mapping=True,
+        )
+        width = len(enc["input_ids"][0])
+        rows, weights, which = [], [], []
+        for r, found in split.items():
+            for clause, mask in zip(
+                found, clause_token_masks(texts[batch[r]], found, enc["offset_mapping"][r]), strict=True
+            ):
+                if mask.any():  # not cut off by truncation
+                    w = np.zeros(width, dtype=np.float32)
+                    w[: len(mask)] = mask / mask.sum()
+                    rows.append(r)
+                    weights.append(w)
+                    which.append(index[clause])
+        out.append(
+            (torch.tensor(rows), torch.from_numpy(np.stack(weights)), torch.tensor(which)) if rows else None
+        )
+    return out
 
 
 def _embed(body, texts: Sequence[str]):

@@ -204,6 +204,7 @@ def distil_encoder_phase(
         texts,
         targets,
         similarity_weight=config.distil_similarity_weight,
+        clause_weight=config.distil_clause_weight,
         **arguments,
     )
     seconds = time.perf_counter() - t0
