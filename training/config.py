@@ -231,7 +231,9 @@ class TrainConfig(BaseModel):
     @model_validator(mode="after")
     def _teacher_needs_student(self) -> TrainConfig:
         if self.distil_clause_weight > 0 and (self.teacher or self.teacher_targets) is None:
-            raise ValueError("distil_clause_weight trains a distilled student: set teacher or teacher_targets")
+            raise ValueError(
+                "distil_clause_weight trains a distilled student: set teacher or teacher_targets"
+            )
         if self.teacher_targets is not None and self.distil_layers is not None:
             raise ValueError(
                 "teacher_targets serve a student of another encoder (teacher without distil_layers); a "
