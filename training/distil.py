@@ -265,7 +265,7 @@ def _clause_targets(
     import torch
 
     from router.clauses import split_clauses
-    from router.compound import clause_token_masks
+    from training.distil_loop import clause_rows
 
     split = {i: split_clauses(texts[i]) for batch in batches for i in batch}
     alone = sorted({c for clauses in split.values() for c in clauses})
@@ -278,25 +278,12 @@ def _clause_targets(
     out = []
     for batch, feats in zip(batches, features, strict=True):
         width = feats["input_ids"].shape[1]
-        enc = teacher.tokenizer(
-            [texts[i] for i in batch],
-            padding=True,
-            truncation=True,
-            max_length=teacher.max_seq_length,
-            return_offsets_mapping=True,
+        found = clause_rows(teacher, texts, batch, {r: split[i] for r, i in enumerate(batch)}, width)
+        rows, weights, targets = (
+            [r for r, _, _ in found],
+            [w for _, w, _ in found],
+            [index[c] for _, _, c in found],
         )
-        rows, weights, targets = [], [], []
-        for r, i in enumerate(batch):
-            if not split[i]:
-                continue
-            masks = clause_token_masks(texts[i], split[i], enc["offset_mapping"][r])
-            for clause, mask in zip(split[i], masks, strict=True):
-                if mask.any():  # not cut off by truncation
-                    w = np.zeros(width, dtype=np.float32)
-                    w[: len(mask)] = mask / mask.sum()
-                    rows.append(r)
-                    weights.append(w)
-                    targets.append(index[clause])
         out.append(
             (torch.tensor(rows), torch.from_numpy(np.stack(weights)), emb[torch.tensor(targets)])
             if rows

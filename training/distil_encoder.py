@@ -161,7 +161,7 @@ def clause_batches(student, texts: Sequence[str], batches: Sequence[Sequence[int
     import torch
 
     from router.clauses import split_clauses
-    from router.compound import clause_token_masks
+    from training.distil_loop import clause_rows
 
     index = {t: k for k, t in enumerate(texts)}
     out = []
@@ -170,25 +170,12 @@ def clause_batches(student, texts: Sequence[str], batches: Sequence[Sequence[int
         if not any(split.values()):
             out.append(None)
             continue
-        enc = student.tokenizer(
-            [texts[i] for i in batch],
-            padding=True,
-            truncation=True,
-            max_length=student.max_seq_length,
-            return_offsets_mapping=True,
+        found = clause_rows(student, texts, batch, split)
+        rows, weights, which = (
+            [r for r, _, _ in found],
+            [w for _, w, _ in found],
+            [index[c] for _, _, c in found],
         )
-        width = len(enc["input_ids"][0])
-        rows, weights, which = [], [], []
-        for r, found in split.items():
-            for clause, mask in zip(
-                found, clause_token_masks(texts[batch[r]], found, enc["offset_mapping"][r]), strict=True
-            ):
-                if mask.any():  # not cut off by truncation
-                    w = np.zeros(width, dtype=np.float32)
-                    w[: len(mask)] = mask / mask.sum()
-                    rows.append(r)
-                    weights.append(w)
-                    which.append(index[clause])
         out.append(
             (torch.tensor(rows), torch.from_numpy(np.stack(weights)), torch.tensor(which)) if rows else None
         )

@@ -100,3 +100,34 @@ def head_divergence(embeddings, head, target_log_probs):
     weight, bias = head
     logp = torch.log_softmax(embeddings @ weight.T + bias, dim=1)
     return torch.nn.functional.kl_div(logp, target_log_probs, log_target=True, reduction="batchmean")
+
+
+def clause_rows(
+    body, texts: Sequence[str], batch: Sequence[int], split: Mapping[int, Sequence[str]], width=None
+):
+    """(row, token weights, clause) of each clause in ``split`` (a row of ``batch`` -> its clauses) that
+    truncation left tokens of: 1/n on its n tokens of the batch's padded encoding by ``body``'s tokenizer,
+    ``width`` wide (default: that encoding's)."""
+    import numpy as np
+
+    from router.compound import clause_token_masks
+
+    enc = body.tokenizer(
+        [texts[i] for i in batch],
+        padding=True,
+        truncation=True,
+        max_length=body.max_seq_length,
+        return_offsets_mapping=True,
+    )
+    width = width or len(enc["input_ids"][0])
+    out = []
+    for r, clauses in split.items():
+        if not clauses:
+            continue
+        masks = clause_token_masks(texts[batch[r]], clauses, enc["offset_mapping"][r])
+        for clause, mask in zip(clauses, masks, strict=True):
+            if mask.any():  # not cut off by truncation
+                w = np.zeros(width, dtype=np.float32)
+                w[: len(mask)] = mask / mask.sum()
+                out.append((r, w, clause))
+    return out
