@@ -7,9 +7,11 @@ import pytest
 
 from tests.conftest import FAST, ROOT, SHIPPED, tiny_config
 
-# the shipped int8 graph's tensors stored as float16: the word and position embedding tables, the six fused
-# attentions' Q, K and V weights and the scales of the 18 MatMulNBits weights
-HALF_PRECISION_TENSORS = 26
+# the shipped int8 graph (fused-nbits8-b32): its tensors stored as float16, the six fused attentions' Q, K
+# and V weights and the scales of the 18 MatMulNBits weights; dequantized, those 18 weights and the
+# embedding tables, which this recipe stores in int8
+HALF_PRECISION_TENSORS = 24
+DEQUANTIZED = 21
 # an fp16 graph's: four weight matrices a layer (Q, K and V, the attention's output, the feed-forward
 # pair) in six layers, and the two embedding tables
 FP16_HALF_PRECISION_TENSORS = 26
@@ -74,7 +76,7 @@ def _default_graph(model_dir) -> str:
 
 def test_the_shipped_models_body_is_recovered_from_its_graph(tmp_path):
     """The default model ships without its checkpoint. Its body comes back from its default graph (int8:
-    18 MatMulNBits weights dequantized; the fused attention's Q, K and V and the embedding tables stored
+    18 MatMulNBits weights and the embedding tables dequantized; the fused attention's Q, K and V stored
     as float16), and it embeds text as the graph does (the graph's activations are int8 too, hence not
     exactly). The base model's own body, given the same check, is far off: the check can tell a wrong
     recovery. The model is read from its shipped files alone (a build also leaves its fp32 graph and
@@ -93,8 +95,8 @@ def test_the_shipped_models_body_is_recovered_from_its_graph(tmp_path):
     for name in ("manifest.json", graph_file, "tokenizer.json"):
         shutil.copy(SHIPPED / name, shipped / name)
     note = recover_body(shipped, tmp_path / "body", report=lambda _: None)
-    assert note["variant"] == "int8" and note["recipe"] == "fused-nbits8-b32-fp32emb"
-    assert note["dequantized"] == 18 and note["weights"] == 101
+    assert note["variant"] == "int8" and note["recipe"] == "fused-nbits8-b32"
+    assert note["dequantized"] == DEQUANTIZED and note["weights"] == 101
     assert note["half_precision"] == HALF_PRECISION_TENSORS
     assert note["kept_from_base"] == ["pooler.dense.bias", "pooler.dense.weight"]
     assert note["min_cosine"] > 0.999

@@ -38,8 +38,17 @@ CRAFTED = [
     "Restart the billing worker in EU-west 3!",
     "restart   the billing worker in eu-west 12.",
 ]
-# every fourth dev message: about 220, of every label, out of scope and continuations included
-DEV = [json.loads(line)["text"] for line in (ROOT / "data/dev.jsonl").read_text().splitlines()[::4]]
+
+
+def near_key(text):
+    """The test's own near-duplicate key: lower case, letters only, digits as one 0."""
+    t = unicodedata.normalize("NFKC", text).lower().replace("'", "").replace("\u2019", "")
+    return " ".join(re.sub(r"[^\w]+|_", " ", re.sub(r"\d+", "0", t)).split())
+
+
+# every third dev message: about 300, of every label, out of scope and continuations included
+_SAMPLE = [json.loads(line)["text"] for line in (ROOT / "data/dev.jsonl").read_text().splitlines()[::3]]
+DEV = list({near_key(t): t for t in reversed(_SAMPLE)}.values())[::-1]  # no near-duplicates of their own
 WITH_VERIFIER = DEV[100:]  # routed by a router with a scripted verifier
 
 
@@ -58,7 +67,7 @@ class ScriptedVerifier:
 
 @pytest.fixture(scope="module")
 def log(tmp_path_factory):
-    """About 240 records: dev messages, exact and near duplicates, and verifier outcomes."""
+    """About 320 records: dev messages, exact and near duplicates, and verifier outcomes."""
     from router import Router
 
     router = Router.load(SHIPPED)
@@ -92,12 +101,6 @@ def review(log, out, *args):
 
 def read_rows(path):
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-
-
-def near_key(text):
-    """The test's own near-duplicate key: lower case, letters only, digits as one 0."""
-    t = unicodedata.normalize("NFKC", text).lower().replace("'", "").replace("\u2019", "")
-    return " ".join(re.sub(r"[^\w]+|_", " ", re.sub(r"\d+", "0", t)).split())
 
 
 def first_records(records):

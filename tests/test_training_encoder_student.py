@@ -174,6 +174,7 @@ def test_the_clause_target_needs_a_teacher_of_either_kind():
 
     TrainConfig(teacher="models/intent-minilm", distil_clause_weight=1.0)  # another encoder's body
     TrainConfig(teacher_targets="targets.npz", distil_clause_weight=1.0)
+    TrainConfig(distil_layers=[0, 3], distil_clause_weight=1.0)  # a student of the model's own body
     with pytest.raises(ValueError, match="distil_clause_weight trains a distilled student"):
         TrainConfig(distil_clause_weight=1.0)
 

@@ -230,9 +230,10 @@ class TrainConfig(BaseModel):
 
     @model_validator(mode="after")
     def _teacher_needs_student(self) -> TrainConfig:
-        if self.distil_clause_weight > 0 and (self.teacher or self.teacher_targets) is None:
+        distilled = (self.teacher or self.teacher_targets or self.distil_layers) is not None
+        if self.distil_clause_weight > 0 and not distilled:
             raise ValueError(
-                "distil_clause_weight trains a distilled student: set teacher or teacher_targets"
+                "distil_clause_weight trains a distilled student: set distil_layers, teacher or teacher_targets"
             )
         if self.teacher_targets is not None and self.distil_layers is not None:
             raise ValueError(
