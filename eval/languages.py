@@ -13,6 +13,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
+from router.decision import ReasonCode
 from router.intents import OUT_OF_SCOPE
 
 OUTCOMES = ("routed_right", "unsupported_language", "routed_wrong", "out_of_scope", "other")
@@ -36,10 +37,10 @@ def read_language_file(path: str | Path) -> list[dict]:
 
 def outcome(label: str, decision) -> str:
     """What the router did with a message of ``label``: one of OUTCOMES."""
-    reason = getattr(decision.reason_code, "value", decision.reason_code)
-    if reason == "unsupported_language":
+    reason = decision.reason_code
+    if reason == ReasonCode.UNSUPPORTED_LANGUAGE:
         return "unsupported_language"
-    if reason == "out_of_scope":
+    if reason == ReasonCode.OUT_OF_SCOPE:
         return "out_of_scope"
     if label == OUT_OF_SCOPE:
         return "routed_wrong" if decision.intents else "other"

@@ -10,7 +10,7 @@ builds the Decision once.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -43,7 +43,7 @@ from router.message import Message, admit, classify_admitted
 from router.shipped import default_model_dir, resolve_model_dir
 from router.steps import compound_step, ranking, scope_of, step
 from router.verifier import Verifier
-from router.verifier.stage import check_verifier, verify_stage
+from router.verifier.stage import Verification, check_verifier, verify_stage
 
 
 @dataclass(frozen=True)
@@ -272,9 +272,7 @@ class Router:
         ctx = reading.context
         if reading.follow_up and ctx is None:  # a model without the label: the previous turn's intents
             ctx = self._context(m)
-        v = verify_stage(self.verifier, m.text, c, m.turn, lambda: ctx or self._context(m), self.intents)
-        m.trace.append(v.step)
-        m.verifier_ms = v.ms
+        v = self._verify(m, c, lambda: ctx or self._context(m))
         if v.intent is None and v.reason != ReasonCode.OUT_OF_SCOPE and reading.follow_up and ctx is not None:
             m.trace.append(step("follow_up", "kept_previous", ctx.detail()))
             return Route(_intents(ctx.intents[0], ctx.secondary), "fallback", ReasonCode.FOLLOW_UP_UNVERIFIED)
@@ -283,15 +281,22 @@ class Router:
     def _unreadable(self, m: Message, c: Classification, scope: dict) -> Decision:
         """A message in a language the model does not read: the verifier's intents or verdict, else the
         fallback's skills, with reason ``unsupported_language``."""
-        v = verify_stage(self.verifier, m.text, c, m.turn, lambda: self._context(m), self.intents)
-        m.trace.append(v.step)
-        m.verifier_ms = v.ms
+        v = self._verify(m, c, lambda: self._context(m))
         if v.reason == ReasonCode.OUT_OF_SCOPE:  # the verifier read it: no skill needed
             return self._out_of_scope(m, c, {**scope, "signals": ["verifier"]}, v.source)
         if v.intent is not None:
             return self._routed(m, c, scope, Route(_intents(v.intent, v.secondary), v.source, v.reason))
         m.trace.append(step("fallback", "used", {"intents": list(self.config.fallback_intents)}))
         return self._routed(m, c, scope, Route((), "fallback", ReasonCode.UNSUPPORTED_LANGUAGE))
+
+    def _verify(
+        self, m: Message, c: Classification, read_context: Callable[[], Context | None]
+    ) -> Verification:
+        """The verifier stage for the message (router.verifier.stage), its step and time recorded."""
+        v = verify_stage(self.verifier, m.text, c, m.turn, read_context, self.intents)
+        m.trace.append(v.step)
+        m.verifier_ms = v.ms
+        return v
 
     def _context(self, m: Message) -> Context | None:
         """The conversation a continuation is read in (router.conversation.resolve_context); a previous

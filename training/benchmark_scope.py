@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
+from router.decision import ReasonCode
 from training.benchmark_data import read_clinc150
 
 SIDE_EFFECT_INTENTS = (
@@ -88,7 +89,15 @@ GENERAL_KNOWLEDGE_INTENTS = (
     *("recipe", "oil_change_how", "jump_start"),
 )
 INFORMATION_INTENTS = LIVE_DATA_INTENTS + GENERAL_KNOWLEDGE_INTENTS
-UNSURE_REASONS = ("no_verifier", "verifier_failed", "verifier_circuit_open", "clarify")
+UNSURE_REASONS = tuple(  # below the threshold with no verifier answer: the fallback, or a clarification
+    r.value
+    for r in (
+        ReasonCode.NO_VERIFIER,
+        ReasonCode.VERIFIER_FAILED,
+        ReasonCode.VERIFIER_UNAVAILABLE,
+        ReasonCode.CLARIFY,
+    )
+)
 DISTANCE_CHOICES = ("model", "off")  # the model's threshold, or no distance at all
 
 Reporter = Callable[[str], None]
