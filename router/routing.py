@@ -40,7 +40,7 @@ from router.grants import SkillGrants
 from router.intents import RESERVED, intents_of
 from router.language import LanguageCheck
 from router.message import Message, admit, classify_admitted
-from router.shipped import default_model_dir, resolve_model_dir
+from router.shipped import default_model_dir
 from router.steps import compound_step, ranking, scope_of, step
 from router.verifier import Verifier
 from router.verifier.stage import Verification, check_verifier, verify_stage
@@ -116,11 +116,8 @@ class Router:
         decision_log: DecisionLog | None = None,
     ) -> Router:
         cfg = config if isinstance(config, RouterConfig) else RouterConfig.load(config)
-        clf = Classifier(
-            resolve_model_dir(model_dir) if model_dir else default_model_dir(),
-            variant=variant,
-            intra_op_threads=intra_op_threads,
-        )
+        # the Classifier resolves a shipped model's name (router.shipped.resolve_model_dir)
+        clf = Classifier(model_dir or default_model_dir(), variant=variant, intra_op_threads=intra_op_threads)
         return cls(clf, cfg, verifier=verifier, threshold=threshold, decision_log=decision_log)
 
     # ------------------------------------------------------------------------------------ route
