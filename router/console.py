@@ -49,7 +49,7 @@ ModelDir = Annotated[
 ]
 OutModelDir = Annotated[
     Path | None,
-    Opt("--out", help="Model directory to write (default: $INTENT_ROUTER_MODEL or models/intent-minilm)."),
+    Opt("--out", help="Model directory to write (default: models/<the config's name>, in the working directory)."),
 ]
 RouterConfigFile = Annotated[
     Path | None, Opt("--config", help="Router config YAML (skills, roles, threshold).")

@@ -19,6 +19,7 @@ from tests.conftest import SHIPPED, SHIPPED_INTENTS
 
 runner = CliRunner()
 OWN = ("ORDER_STATUS", "PRODUCT_INFO", "RETURNS")  # the template's intents, sorted as a model lists them
+MODEL = "models/shop-support"  # where build writes without --out: models/<the config's name>
 
 
 def cli(*args: str, cwd: Path | None = None):
@@ -64,17 +65,21 @@ def test_data_check_holds_every_split_to_the_train_labels(tmp_path):
 # ------------------------------------------------------------------------ the built project (slow)
 @pytest.fixture(scope="module")
 def shop(tmp_path_factory):
-    """The init project built with `build --config train.yaml` (fewer contrastive steps: a test)."""
+    """The init project built with `build --config train.yaml` and no --out (fewer contrastive steps: a
+    test); the shipped model's folder stays as it was."""
     project = tmp_path_factory.mktemp("own") / "shop"
     assert cli("init", project).exit_code == 0
     cfg = yaml.safe_load((project / "train.yaml").read_text())
     cfg.update(max_steps=40, batch_size=16)
     (project / "train.yaml").write_text(yaml.safe_dump(cfg))
+    shipped = {p: p.stat().st_mtime_ns for p in SHIPPED.rglob("*")}
     out = cli(
-        "build", "--config", "train.yaml", "--out", "models/shop", "--oos", "data/oos.jsonl",
-        "--report-dir", "reports/build", cwd=project,
+        "build", "--config", "train.yaml", "--oos", "data/oos.jsonl", "--report-dir", "reports/build",
+        cwd=project,
     )  # fmt: skip
     assert out.exit_code == 0, out.output
+    assert json.loads((project / MODEL / "manifest.json").read_text())["name"] == "shop-support"
+    assert {p: p.stat().st_mtime_ns for p in SHIPPED.rglob("*")} == shipped
     return project
 
 
@@ -90,7 +95,7 @@ def test_the_model_learns_the_corpus_labels(shop):
 def test_route_names_the_users_intents_and_skills(shop):
     out = cli(
         "route", "is the blue hoodie back in stock in size M?", "--role", "guest",
-        "--model", "models/shop", "--config", "router.yaml", "--json", "--threshold", "0.3",
+        "--model", MODEL, "--config", "router.yaml", "--json", "--threshold", "0.3",
         cwd=shop,
     )  # fmt: skip
     assert out.exit_code == 0, out.output
@@ -153,7 +158,7 @@ def test_the_verifier_is_told_the_users_intents(shop, openai_server, make_verifi
 @pytest.mark.slow
 def test_eval_and_gate_with_the_users_labels(shop):
     out = cli(
-        "eval", "--model", "models/shop", "--config", "router.yaml", "--data", "data/test.jsonl",
+        "eval", "--model", MODEL, "--config", "router.yaml", "--data", "data/test.jsonl",
         "--oos", "data/oos.jsonl", "--out", "reports/eval", "--max-latency-samples", "0", cwd=shop,
     )  # fmt: skip
     assert out.exit_code == 0, out.output
@@ -176,7 +181,7 @@ def test_score_writes_the_users_labels(shop):
     rows = [line for line in (shop / "data" / "test.jsonl").read_text().splitlines() if line.strip()]
     log.write_text("\n".join(rows) + "\n")
     out = cli(
-        "score", "log.jsonl", "--out", "decisions.jsonl", "--model", "models/shop", "--config",
+        "score", "log.jsonl", "--out", "decisions.jsonl", "--model", MODEL, "--config",
         "router.yaml", "--role", "support_agent", "--with-labels", cwd=shop,
     )  # fmt: skip
     assert out.exit_code == 0, out.output
@@ -190,7 +195,7 @@ def test_score_writes_the_users_labels(shop):
 def test_schema_and_serve_name_the_users_intents(shop, tmp_path):
     from tests.test_serve import Server
 
-    out = cli("schema", "--model", "models/shop", "--out", "decision.schema.json", cwd=shop)
+    out = cli("schema", "--model", MODEL, "--out", "decision.schema.json", cwd=shop)
     assert out.exit_code == 0, out.output
     schema = json.loads((shop / "decision.schema.json").read_text())
     assert schema["properties"]["intent"]["anyOf"][0]["enum"] == list(OWN)
@@ -212,7 +217,7 @@ def test_schema_and_serve_name_the_users_intents(shop, tmp_path):
 @pytest.mark.slow
 def test_thresholds_fitted_on_dev_are_written_and_routed_with(shop):
     out = cli(
-        "eval", "--model", "models/shop", "--config", "router.yaml", "--data", "data/dev.jsonl",
+        "eval", "--model", MODEL, "--config", "router.yaml", "--data", "data/dev.jsonl",
         "--out", "reports/dev", "--max-latency-samples", "0", "--fit-thresholds", "--target-precision", "0.9",
         cwd=shop,
     )  # fmt: skip

@@ -107,12 +107,12 @@ def train(
 ) -> None:
     """Train the SetFit intent model and calibrate it on dev (temperature scaling)."""
     flags = {k: v for k, v in locals().items() if k not in ("out", "config")}  # before any import
-    from router.shipped import default_model_dir
     from training.train import summary_rows
     from training.train import train as train_model
 
-    out = out or default_model_dir()
-    manifest = train_model(_train_config(config, **flags), out, report=say)
+    train_config = _train_config(config, **flags)
+    out = out or train_config.output_dir
+    manifest = train_model(train_config, out, report=say)
     table(*summary_rows(manifest))
     console.print(
         f"training time: {manifest.training['seconds']['total']:.1f}s; model written to [bold]{out}[/]"

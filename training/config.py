@@ -253,6 +253,12 @@ class TrainConfig(BaseModel):
             list(self.heads_only_file) if isinstance(self.heads_only_file, list) else [self.heads_only_file]
         )
 
+    @property
+    def output_dir(self) -> Path:
+        """Where ``train`` and ``build`` write without ``--out``: models/<name> under the working directory,
+        never the installed package's copy of a shipped model."""
+        return Path("models") / self.name
+
     @classmethod
     def from_file(cls, path: str | Path, **overrides: Any) -> TrainConfig:
         path = Path(path)

@@ -33,17 +33,16 @@ def build(
     test and dev splits and ``oos``, each file also on its own) and, when there is a test split and eval's extras are installed, evaluate the
     int8 router on it (with ``oos`` when that file exists) into ``report_dir``.
 
-    ``out`` defaults to the default model directory (router.shipped.default_model_dir). Returns
+    ``out`` defaults to models/<name> under the working directory (TrainConfig.output_dir). Returns
     ``(manifest, report or None)``; the build's wall time is recorded in the manifest."""
     from router.intents import CONTINUATION
     from router.manifest import load_manifest
-    from router.shipped import default_model_dir
     from training.export import export_model
     from training.train import train
     from training.turn_reader import fit_turn_reader
 
     cfg = config or TrainConfig()
-    out = Path(out) if out is not None else default_model_dir()
+    out = Path(out) if out is not None else cfg.output_dir
     t0 = time.perf_counter()
     report("== train + calibrate")
     train(cfg, out, report=report, show_progress=show_progress)
