@@ -13,6 +13,7 @@ def test_data_check_ok_and_failing_files():
     ok = runner.invoke(app, ["data", "check", str(FIXTURES / "tiny"), "--strict"])
     assert ok.exit_code == 0, ok.output
     assert "0 error(s)" in ok.output and "Class balance" in ok.output
+    assert "(strict: warnings count as errors)" in ok.output  # why a warning alone fails the check
     bad = runner.invoke(app, ["data", "check", str(FIXTURES / "bad" / "train.jsonl")])
     assert bad.exit_code == 1
     assert "train.jsonl:2: invalid JSON" in bad.output.replace("\n", "")

@@ -62,7 +62,7 @@ def data_check(
         table(title, header, rows)
     console.print(
         f"{len(report.files)} file(s), {len(report.errors)} error(s), {len(report.warnings)} warning(s)"
-        + (" [strict: warnings count as errors]" if strict else "")
+        + (" (strict: warnings count as errors)" if strict else "")
     )
     raise typer.Exit(1 if errors else 0)
 
