@@ -143,7 +143,7 @@ def export(
     require_int8: bool = Opt(
         False,
         "--require-int8",
-        help="Fail when no int8 recipe passes parity, instead of making the fp32 graph the default.",
+        help="Fail when no int8 recipe passes parity, instead of making the fp16 graph (else the fp32 one) the default.",
     ),
     portable_int8: bool = Opt(
         False,

@@ -44,7 +44,7 @@ def evaluate(
     out: Path = Opt(Path("reports/eval"), help="Directory for eval.json, report.md and the PNG plots."),
     config: RouterConfigFile = None,
     threshold: Annotated[float | None, Opt(help="tau (default: the router config's, 0.75).")] = None,
-    variant: str | None = Opt(None, help="ONNX graph: int8 (default) or fp32."),
+    variant: str | None = Opt(None, help="ONNX graph: int8 (default), fp16 or fp32."),
     text_column: TextColumn = "text",
     label_column: Annotated[str, Opt(help="Column holding the intent label.")] = "label",
     backend: str = Opt("auto", help="auto (onnx when exported), onnx or torch."),
@@ -156,7 +156,7 @@ def bench_dataset(
         3, help="Number of seeds (0..n-1); each draws its own k-shot sample and trains a model."
     ),
     max_steps: int | None = Opt(
-        None, help="Contrastive steps per seed (default: the training default, 400)."
+        None, help="Contrastive steps per seed (default: the training default, 560)."
     ),
     batch_size: int | None = Opt(None, help="Pairs per contrastive step (default 32)."),
     base_model: str | None = Opt(
