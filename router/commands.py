@@ -163,7 +163,7 @@ def route_command(read_messages: MessageReader) -> Callable[..., None]:
                 print(d.model_dump_json(exclude_none=False) if as_json else json.dumps(d.brief()))
             return
         d = decisions[0]
-        console.print(json.dumps(d.brief()), highlight=False)
+        print(json.dumps(d.brief()))  # one JSON line, never wrapped, whatever the terminal's width
         for x in d.denied:
             console.print(
                 f"  denied {x.skill}{' (required)' if x.required else ''}: {x.reason}", highlight=False

@@ -144,7 +144,7 @@ class Decision(BaseModel):
         )
         return {
             "intent": "+".join(self.intents) if self.intents else "-",
-            "confidence": f"{self.confidence:.3f}" if self.confidence is not None else "-",
+            "confidence": round(self.confidence, 3) if self.confidence is not None else None,
             "source": self.source,
             "reason": self.reason_code.value,
             "skills": skills,

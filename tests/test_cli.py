@@ -149,3 +149,14 @@ def test_data_check_covers_the_compound_corpus(tmp_path):
     assert "label 'ACTION' is not a label of the train split (SEARCH)" in messages
     assert "label 'SEARCH' has 1 train row(s); write at least 4" in messages
     assert report["compound"]["compound/dev"]["SEARCH+ACTION"] == 1
+
+
+def test_route_prints_one_json_line_with_a_numeric_confidence():
+    """The one-line view is JSON a pipe can read: never wrapped at the terminal's width, the confidence a
+    number."""
+    long = "please find the onboarding checklist for new engineers in the platform team's wiki space " * 2
+    out = runner.invoke(app, ["route", long.strip()])
+    assert out.exit_code == 0, out.output
+    brief = json.loads(out.output.splitlines()[0])
+    assert isinstance(brief["confidence"], float) and 0 < brief["confidence"] <= 1
+    assert brief["intent"] == "SEARCH"
