@@ -432,3 +432,14 @@ def test_two_workers_serve_aggregate_metrics_and_reload_together(tmp_path):
     files = log_files(log)  # jsonl: each record written as it is routed, so the killed worker's are there
     assert {int(f.name.split("-")[2]) for f in files} <= set(pids)  # a file per worker process
     assert len(list(read_log(log))) == sent
+
+
+def test_a_redaction_hook_in_the_working_directory_imports_without_pythonpath(tmp_path, monkeypatch):
+    """`serve --decision-log-redact mymod:fn` run from the folder that holds mymod.py, as a user writes it."""
+    from router.serve.state import redaction_hook
+
+    (tmp_path / "myredact_hook.py").write_text("def scrub(text):\n    return text.replace('4111', '****')\n")
+    monkeypatch.chdir(tmp_path)
+    before = list(sys.path)
+    fn = redaction_hook("myredact_hook:scrub")
+    assert fn("card 4111") == "card ****" and sys.path == before

@@ -19,6 +19,7 @@ import importlib
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -53,10 +54,18 @@ def redaction_hook(spec: str) -> Callable[[str], str]:
     module, _, name = spec.partition(":")
     if not module or not name:
         raise ValueError(f"decision log redaction hook {spec!r}: expected module:function")
+    # a module in the working directory imports as `python -m` and uvicorn's --app-dir would import it
+    cwd = os.getcwd()
+    added = cwd not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
     try:
         fn = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as e:
         raise ValueError(f"decision log redaction hook {spec!r}: {e}") from None
+    finally:
+        if added:
+            sys.path.remove(cwd)
     if not callable(fn):
         raise ValueError(f"decision log redaction hook {spec!r} is not callable")
     return fn
