@@ -268,6 +268,17 @@ def test_unusable_inputs_are_one_line_errors(tmp_path, corpus):
         add_reviewed(reviewed, corpus / "train.jsonl", data_dir=tmp_path / "nope")
 
 
+def test_the_corpus_is_the_training_files_folder_from_any_working_directory(tmp_path, corpus, monkeypatch):
+    """Run from elsewhere, `data add --to CORPUS/train.jsonl` checks leaks against CORPUS's evaluation files."""
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    dev_text = json.loads((corpus / "dev.jsonl").read_text().splitlines()[0])["text"]
+    rows = [{"text": dev_text, "label": "SEARCH"}, {"text": "page the database team", "label": "ACTION"}]
+    reviewed = _review(tmp_path, rows)
+    report = add_reviewed(reviewed, corpus / "train.jsonl", today=TODAY)
+    assert [s.reason for s in report.skipped] == ["leak"] and len(report.rows) == 1
+
+
 def test_cli_prints_a_summary_json_and_exits_non_zero_on_errors(tmp_path, corpus):
     runner = CliRunner()
     target = corpus / "train.jsonl"

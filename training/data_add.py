@@ -232,12 +232,18 @@ def _load(path: Path):
         raise DataAddError(f"{e}; fix it (intent-router data check) before adding rows") from None
 
 
+def _corpus_of(target: Path) -> Path:
+    """The corpus folder a training file belongs to: its own folder when it holds a dev or test split."""
+    here = target.parent
+    return here if any(here.glob("dev*.jsonl")) or any(here.glob("test*.jsonl")) else Path("data")
+
+
 def add_reviewed(
     reviewed: str | Path,
     target: str | Path,
     *,
     source: str | None = None,
-    data_dir: str | Path = "data",
+    data_dir: str | Path | None = None,
     new_labels: tuple[str, ...] | list[str] = (),
     dry_run: bool = False,
     today: date | None = None,
@@ -245,13 +251,18 @@ def add_reviewed(
     """Check the reviewed rows against the schema, the label set, the evaluation files of ``data_dir``
     (leaks) and the training rows (duplicates, conflicting labels), then append the rows that pass to
     ``target`` with their provenance. Nothing is written with ``dry_run``, or when any row has an error
-    (see the report's errors)."""
-    reviewed, target, data_dir = Path(reviewed), Path(target), Path(data_dir)
+    (see the report's errors). ``data_dir`` defaults to the folder ``target`` is in when that holds a dev
+    or test file, else ./data."""
+    reviewed, target = Path(reviewed), Path(target)
+    data_dir = Path(data_dir) if data_dir is not None else _corpus_of(target)
     source = source if source is not None else reviewed.stem
     if not source.strip():
         raise DataAddError("--source must name the review batch, got an empty name")
     if not data_dir.is_dir():
-        raise DataAddError(f"{data_dir}: data directory not found (the leak check needs its dev/test files)")
+        raise DataAddError(
+            f"{data_dir}: data directory not found (the leak check needs its dev/test files; name it with "
+            "--data-dir)"
+        )
     if target.exists() and not target.is_file():
         raise DataAddError(f"{target}: not a file")
     if not target.parent.is_dir():

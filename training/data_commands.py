@@ -21,11 +21,11 @@ def data_add(
     source: str | None = Opt(
         None, "--source", help="Name stored in each added row's 'source' (default: REVIEWED's file stem)."
     ),
-    data_dir: Path = Opt(
-        Path("data"),
+    data_dir: Path | None = Opt(
+        None,
         "--data-dir",
-        help="Corpus directory: rows overlapping its dev, test, blind, oos, compound/ or conversations/ "
-        "files are skipped; its train.jsonl gives the labels when --to has none.",
+        help="Corpus directory (default: the folder of --to when it holds a dev or test file, else data/): rows overlapping its dev, test, blind, oos, "
+        "compound/ or conversations/ files are skipped; its train.jsonl gives the labels when --to has none.",
     ),
     new_label: list[str] = Opt(
         None, "--new-label", help="Accept this label though the target's label set lacks it; repeatable."
