@@ -382,7 +382,7 @@ def test_slow_verifier_blocks_nobody_and_shutdown_finishes_in_flight(tmp_path):
         assert result["r"].status_code == 200
         d = result["r"].json()["decisions"][0]
         assert d["source"] == "verifier" and d["intent"] == "SEARCH"
-        assert s.proc.wait(20) in (0, -signal.SIGTERM)  # uvicorn re-raises SIGTERM after draining
+        assert s.proc.wait(20) == 0  # a graceful stop, as the --workers supervisor's
     finally:
         s.stop()
         llm.stop()

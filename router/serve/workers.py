@@ -54,8 +54,22 @@ def run(settings: ServeSettings) -> int:
 
     app = create_app(settings)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until the app's handler reloads on it
-    uvicorn.run(app, **_uvicorn_options(settings))
+    _server(uvicorn.Config(app, **_uvicorn_options(settings))).run()
     return 0
+
+
+def _server(config):
+    """A uvicorn server whose stop on SIGTERM is a clean exit (0, as the --workers supervisor's), not the
+    signal raised again once requests in flight are done (exit 143)."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:
+            super().handle_exit(sig, frame)
+            if sig == signal.SIGTERM and sig in self._captured_signals:
+                self._captured_signals.remove(sig)
+
+    return Server(config)
 
 
 def _configure_logging(settings: ServeSettings) -> None:
@@ -97,7 +111,7 @@ def _worker(settings: ServeSettings, sock: socket.socket) -> None:
     from router.serve.app import create_app
 
     config = uvicorn.Config(create_app(settings), **_uvicorn_options(settings))
-    uvicorn.Server(config).run(sockets=[sock])
+    _server(config).run(sockets=[sock])
 
 
 def _supervise(settings: ServeSettings) -> int:
