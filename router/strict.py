@@ -8,6 +8,7 @@ errors are reported at the line of the offending key.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -92,6 +93,19 @@ def line_of(lines: Lines, loc: Sequence[Any]) -> int | None:
     return None
 
 
+def _named_line(lines: Lines, message: str) -> int | None:
+    """For an error of the whole file (a rule across fields): the line of the field the message names
+    first, else the first line."""
+    named = [
+        (m.start(), line)
+        for path, line in lines.items()
+        if path and isinstance(path[-1], str)
+        for m in [re.search(rf"(?<![\w.]){re.escape(path[-1])}(?![\w])", message)]
+        if m
+    ]
+    return min(named)[1] if named else line_of(lines, ())
+
+
 def format_validation_error(error: Exception, source: str, lines: Lines, what: str) -> str:
     """One ``file:line: path: message`` line per pydantic error."""
     errors = getattr(error, "errors", None)
@@ -100,7 +114,7 @@ def format_validation_error(error: Exception, source: str, lines: Lines, what: s
     out = []
     for e in errors():
         loc = tuple(x for x in e.get("loc", ()))
-        line = line_of(lines, loc)
+        line = line_of(lines, loc) if loc else _named_line(lines, str(e.get("msg", "")))
         where = f"{source}:{line}" if line else source
         dotted = ".".join(str(x) for x in loc) or "(top level)"
         msg = e.get("msg", "invalid")

@@ -233,3 +233,15 @@ def test_config_check_table():
     assert not table["viewer"]["action"]["granted"] and "viewer" in table["viewer"]["action"]["reason"]
     text = format_permissions(report)
     assert "role viewer:" in text and "- action:" in text
+
+
+def test_a_rule_across_fields_names_the_line_of_the_field_it_names(tmp_path):
+    """fallback_intents naming an intent that `intents` lacks is checked on the whole file; the error still
+    points at the fallback_intents line, not line 1."""
+    lines = DEFAULT_YAML.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("fallback_intents:"))
+    lines[at] = "fallback_intents: [SEARCH, BOOKING]"
+    p = tmp_path / "fallback.yaml"
+    p.write_text("\n".join(lines))
+    with pytest.raises(ValueError, match=rf"fallback\.yaml:{at + 1}: .*fallback_intents must name configured"):
+        RouterConfig.load(p)
