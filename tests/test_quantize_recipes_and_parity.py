@@ -401,3 +401,22 @@ def test_when_no_int8_recipe_passes_a_faithful_graph_becomes_the_default(tiny_tr
             report=lambda _: None,
             require_int8=True,
         )
+
+
+def test_the_exports_known_chatter_is_silenced_and_nothing_else(caplog):
+    """Build output: torch's legacy-exporter notice and onnxruntime's pre-processing hint are dropped; other
+    warnings and log lines still show."""
+    import logging
+    import warnings
+
+    from training.quantize import known_export_noise_silenced
+
+    with caplog.at_level(logging.WARNING), warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with known_export_noise_silenced():
+            warnings.warn("You are using the legacy TorchScript-based ONNX export", DeprecationWarning)
+            logging.warning("Please consider to run pre-processing before quantization.")
+            warnings.warn("a real problem", RuntimeWarning)
+            logging.warning("parity failed")
+    assert [str(w.message) for w in seen] == ["a real problem"]
+    assert [r.getMessage() for r in caplog.records] == ["parity failed"]

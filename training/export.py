@@ -39,6 +39,7 @@ from training.quantize import (
     check_recipes,
     fuse_transformer,
     kept_count,
+    known_export_noise_silenced,
     quantize,
     rank_sensitivity,
 )
@@ -111,6 +112,7 @@ def _graph_module(intent_model: IntentModel, temperature: float):
     return IntentGraph().eval(), normalize
 
 
+@known_export_noise_silenced()
 def export_model(
     model_dir: str | Path,
     parity_texts: Sequence[str] | None = None,

@@ -26,8 +26,11 @@ All work on any BERT-style encoder the export writes (nothing is tied to the shi
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import shutil
 import tempfile
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -338,3 +341,26 @@ def quantize(
     bits = f"; {PORTABLE_WEIGHT_BITS}-bit weights (portable)" if portable and rowscaled else ""
     kept_note = KEPT_FP32 if kept_fp32 and rowscaled and kept_count(recipe) else ""
     return f"{recipe}: {RECIPES[recipe]}{kept_note}{bits}"
+
+
+class _PreprocessingHint(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "pre-processing before quantization" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def known_export_noise_silenced():
+    """The export's known, harmless chatter left out of the build's output: torch's notice of its legacy
+    exporter and trace warnings (the parity check judges the graph), and onnxruntime's hint to pre-process
+    a graph before quantization (its recipes here run on the exported graph as it is)."""
+    hint = _PreprocessingHint()
+    root = logging.getLogger()
+    root.addFilter(hint)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.onnx")
+            warnings.filterwarnings("ignore", message=r"Converting a tensor to a Python")
+            yield
+    finally:
+        root.removeFilter(hint)
