@@ -129,3 +129,25 @@ def test_the_conversation_training_file_shares_no_turn_with_an_evaluation_file()
     assert any(p.parent.name == "conversations" for p in held)
     for path in held:
         assert not train & texts(path), path
+
+
+def test_a_re_export_keeps_the_reader_only_when_its_graph_came_out_byte_identical(tmp_path):
+    """training.export sets the reader aside before it writes graphs and puts it back after, when the
+    default graph is the one the reader read; a changed graph leaves the model without one, and says so."""
+    from training.turn_reader import put_back, set_aside
+
+    model = tmp_path / "model"
+    shutil.copytree(SHIPPED, model)
+    manifest = load_manifest(model)
+    spec = manifest.conversation
+    held = set_aside(model, manifest)
+    assert manifest.conversation is None and not (model / spec.file.path).exists()
+    said = []
+    put_back(model, manifest, held, said.append)  # the same graph: the reader comes back as it was
+    assert manifest.conversation == spec and "byte-identical" in said[0]
+    assert (model / spec.file.path).read_bytes() == (SHIPPED / spec.file.path).read_bytes()
+    held = set_aside(model, manifest)
+    manifest.export.variants[manifest.export.default_variant].file.sha256 = "0" * 64  # another graph
+    put_back(model, manifest, held, said.append)
+    assert manifest.conversation is None and not (model / spec.file.path).exists()
+    assert "fit-turns" in said[1]

@@ -17,7 +17,6 @@ import numpy as np
 
 from router.manifest import Export, Manifest, ModelError, Variant, file_entry, load_manifest
 from router.model_card import graph_scope_metadata, stamp_graph
-from router.turn_reader import FILE as TURN_READER_FILE
 from training.checkpoints import checkpoint_of
 from training.embeddings import add_embeddings
 from training.half_storage import HALF_DESCRIPTION, HALF_INT8, store_half
@@ -43,6 +42,7 @@ from training.quantize import (
     quantize,
     rank_sensitivity,
 )
+from training.turn_reader import put_back, set_aside
 
 OPSET = 17
 TOKENIZER_FILE = "tokenizer.json"
@@ -154,12 +154,7 @@ def export_model(
 
     model_dir = Path(model_dir)
     manifest = load_manifest(model_dir)
-    if manifest.conversation is not None:  # fitted on the old graph's outputs (training.turn_reader)
-        report(
-            "the turn reader read the previous graph: fit it again on this one ('intent-router fit-turns')"
-        )
-        manifest.conversation = None
-        (model_dir / TURN_READER_FILE).unlink(missing_ok=True)
+    turn_reader = set_aside(model_dir, manifest)  # it read the old graph's outputs (training.turn_reader)
     if manifest.calibration is None:
         raise ModelError(
             f"{model_dir}: the manifest has no calibration; train with 'intent-router train' first"
@@ -348,6 +343,7 @@ def export_model(
         )
     if not failures:  # a failed export keeps its graphs as they were checked
         add_embeddings(model_dir, manifest, _train_file(manifest), report)
+        put_back(model_dir, manifest, turn_reader, report)
     manifest.save(model_dir)
     plain_path.unlink(missing_ok=True)
     if "fp32" not in variants:

@@ -100,3 +100,35 @@ def fit_turn_reader(
     right = float((head.predict(x) == y).mean())
     report(f"turn reader: {len(texts)} rows {spec.rows}, {right:.1%} right on its own rows -> {FILE}")
     return spec
+
+
+def set_aside(model_dir: Path, manifest) -> tuple | None:
+    """Take a model's turn reader out before a re-export (it read the old graph's outputs): its spec, its
+    file's bytes and the sha256 of the graph it read, or None when the model has none."""
+    spec = manifest.conversation
+    if spec is None:
+        return None
+    graph = manifest.export.variants.get(spec.variant) if manifest.export is not None else None
+    held = (spec, (model_dir / FILE).read_bytes(), graph.file.sha256 if graph is not None else None)
+    manifest.conversation = None
+    (model_dir / FILE).unlink(missing_ok=True)
+    return held
+
+
+def put_back(model_dir: Path, manifest, held: tuple | None, report: Callable[[str], None]) -> None:
+    """After a re-export: the turn reader set aside comes back when the default graph is, byte for byte, the
+    one it read; otherwise the model has none until `fit-turns`, and the report says so."""
+    if held is None:
+        return
+    spec, data, sha = held
+    graph = manifest.export.variants.get(manifest.export.default_variant)
+    if spec.variant == manifest.export.default_variant and graph is not None and graph.file.sha256 == sha:
+        (model_dir / FILE).write_bytes(data)
+        manifest.conversation = spec
+        report(f"turn reader kept: the {spec.variant} graph it read came out byte-identical")
+        return
+    report(
+        "WARNING: the default graph changed, so the turn reader fitted on the old one was dropped; until "
+        f"'intent-router fit-turns --model {model_dir}' fits it again, conversations are read with the "
+        "prior alone"
+    )
