@@ -56,6 +56,7 @@ class IntentModel(CompoundReading):
         self.config = config or TrainConfig()
         self.setfit = setfit
         self.temperature = temperature
+        self.temperature_note: str | None = None  # why the temperature was not fitted (training.calibrate)
         self.manifest = manifest
         self.model_id = model_id or (
             f"{manifest.model_id}/torch" if manifest is not None else "unsaved/torch"
@@ -189,7 +190,7 @@ class IntentModel(CompoundReading):
         """Fit the temperature on held-out rows (minimum NLL), the in-scope distance threshold on their
         single-intent in-scope rows and the compound threshold on their single-intent rows; returns the
         temperature."""
-        from training.calibrate import fit_temperature
+        from training.calibrate import fit_temperature_or_prior
 
         secondary = list(secondary) if secondary is not None else [None] * len(labels)
         emb = self.encode(texts)
@@ -198,7 +199,7 @@ class IntentModel(CompoundReading):
         # the softmax head is calibrated on single-intent rows: a compound row's primary is not its top
         # label by design (its probability is shared with the second intent)
         ids = self.label_ids(labels)
-        self.temperature = fit_temperature(logits[single], ids[single])
+        self.temperature, self.temperature_note = fit_temperature_or_prior(logits[single], ids[single])
         in_scope = np.array([l != OUT_OF_SCOPE for l in labels]) & single
         if self.scope is not None and in_scope.any():
             self.scope.fit_threshold(emb[in_scope], keep=self.config.in_scope_keep)

@@ -103,7 +103,8 @@ def train(
     t0 = time.perf_counter()
     cal_rows = _joined(dev_rows, compound["dev"])
     temperature = model.calibrate(cal_rows.texts, cal_rows.labels, cal_rows.secondary)
-    calib = Calibration(temperature=temperature)
+    # fitted_on: "prior" when dev could not place the temperature (training.calibrate)
+    calib = Calibration(temperature=temperature, fitted_on="dev" if model.temperature_note is None else "prior")
     metrics: dict = {}
     for split, rows in (("dev", dev_rows), ("test", test_rows)):
         if not rows:
@@ -113,7 +114,10 @@ def train(
         calib.after[split] = summary(softmax(logits, temperature), y)
         metrics[split] = split_metrics(softmax(logits, temperature), y, labels)
     calib_seconds = time.perf_counter() - t0
-    report(f"temperature {temperature:.3f} fitted on dev ({len(dev_rows)} rows)")
+    if model.temperature_note is None:
+        report(f"temperature {temperature:.3f} fitted on dev ({len(dev_rows)} rows)")
+    else:
+        report(f"temperature {temperature:.3f}: {model.temperature_note}")
     if model.distance_threshold is not None:
         report(
             f"in-scope distance threshold {model.distance_threshold:.1f} (keeps {config.in_scope_keep:.1%} of dev in scope)"
