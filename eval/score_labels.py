@@ -13,20 +13,23 @@ from pathlib import Path
 
 from router.intents import CONTINUATION, OUT_OF_SCOPE
 
-COLUMNS = ["label", "top_intent", "intent", "reason_code", "error"]
+COLUMNS = ["label", "top_label", "intent", "reason_code", "error"]
+# decisions without an intent whose reason is itself the answer to a labelled row; a low-signal message
+# (emoji, punctuation) is answered by the guardrail before the classifier, with no skill: out of scope
+_REASON_LABELS = {"out_of_scope": OUT_OF_SCOPE, "needs_context": CONTINUATION, "low_signal": OUT_OF_SCOPE}
 
 
 def decisions_metrics(decisions: str | Path, model_labels: Sequence[str]) -> dict:
-    """Label metrics of a decisions file written with --with-labels; rows with an 'error' are left out."""
+    """Label metrics of a decisions file written with --with-labels; rows with an 'error' are left out.
+    The classifier's top label (``top_label``: an intent, out of scope or a continuation) is scored as
+    `intent-router eval` scores the model's top label."""
     labels, preds, decided = [], [], []
     for lab, top, intent, reason, error in _rows(Path(decisions)):
         if error is not None:
             continue
-        if reason == "out_of_scope":  # no intent: the router's answer is "out of scope"
-            top = intent = OUT_OF_SCOPE
         labels.append(lab)
-        preds.append(top)
-        decided.append(intent)
+        preds.append(top if top is not None else _REASON_LABELS.get(reason))
+        decided.append(intent if intent is not None else _REASON_LABELS.get(reason))
     return label_metrics(labels, preds, decided, model_labels)
 
 
@@ -47,8 +50,9 @@ def _rows(path: Path) -> Iterator[tuple]:
 def label_metrics(
     labels: list[str], preds: list[str | None], decided: list[str | None], model_labels: Sequence[str]
 ) -> dict:
-    """eval.metrics on the classifier's top intent (as `intent-router eval` scores it), plus how the
-    router's final decision fared: the share decided (not fallback or guardrail) and its accuracy."""
+    """eval.metrics on the classifier's top label (as `intent-router eval` scores it), plus how the
+    router's final decision fared: the share decided (an intent, or a reason that answers the row: not a
+    fallback, a clarification or an invalid input) and its accuracy."""
     from eval.metrics import classification_metrics
 
     seen = set(labels) | set(preds)

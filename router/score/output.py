@@ -35,6 +35,7 @@ def output_schema(opts: ScoreOptions) -> pa.Schema:
         pa.field("intent", pa.string()),
         pa.field("intents", strings),
         pa.field("top_intent", pa.string()),
+        pa.field("top_label", pa.string()),
         pa.field("confidence", pa.float64()),
         pa.field("source", pa.string()),
         pa.field("reason_code", pa.string()),

@@ -58,6 +58,7 @@ def decisions_table(batch: dict[str, list], router, opts: ScoreOptions) -> pa.Ta
         "intent",
         "intents",
         "top_intent",
+        "top_label",
         "confidence",
         "source",
         "reason_code",
@@ -78,6 +79,7 @@ def decisions_table(batch: dict[str, list], router, opts: ScoreOptions) -> pa.Ta
         cols["intent"].append(d.intent)
         cols["intents"].append(list(d.intents))
         cols["top_intent"].append(d.ranking[0].intent if d.ranking else None)
+        cols["top_label"].append(_top_label(d))
         cols["confidence"].append(d.confidence)
         cols["source"].append(d.source)
         cols["reason_code"].append(d.reason_code.value)
@@ -88,6 +90,13 @@ def decisions_table(batch: dict[str, list], router, opts: ScoreOptions) -> pa.Ta
         cols["servable"].append(d.servable)
     cols["error"] = errors
     return pa.table(cols, schema=output_schema(opts))
+
+
+def _top_label(d) -> str | None:
+    """The classifier's top label (an intent, out of scope or a continuation), as its trace step records
+    it; None when the classifier did not run (the guardrail answered)."""
+    step = next((s for s in d.trace if s.stage == "classifier"), None)
+    return step.detail.get("label") if step is not None else None
 
 
 def fingerprint_input(path: Path) -> dict:
