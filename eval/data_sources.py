@@ -71,6 +71,41 @@ def iter_jsonl(text: str) -> Iterator[tuple[int, dict | None, str | None]]:
         yield n, obj, None
 
 
+DATA_SUFFIXES = (".jsonl", ".ndjson", ".csv", ".tsv", ".parquet")  # what a corpus folder holds
+
+
+def iter_rows(path: Path) -> Iterator[tuple[int, dict | None, str | None]]:
+    """``iter_jsonl`` for any local data file: (line, row, None) per row, or (line, None, reason). CSV and
+    TSV rows (a header first) count lines as the file does, an empty cell is a missing value; Parquet rows
+    are numbered from 1; any other suffix is read as JSONL. Raises DataError for a file that cannot be
+    read at all (missing, not UTF-8, not Parquet)."""
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+
+            rows = pq.read_table(path).to_pylist()
+        except Exception as e:
+            raise DataError(f"{path}: cannot read as Parquet: {_cause(e)}") from e
+        yield from ((n, row, None) for n, row in enumerate(rows, start=1))
+        return
+    text = read_text(path)
+    if suffix not in (".csv", ".tsv"):
+        yield from iter_jsonl(text)
+        return
+    import csv
+    import io
+
+    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if suffix == ".tsv" else ",")
+    if not reader.fieldnames or "text" not in reader.fieldnames:
+        raise DataError(f"{path}:1: a header with a 'text' column comes first (got {reader.fieldnames})")
+    for row in reader:
+        if None in row:
+            yield reader.line_num, None, f"more cells than the header's {len(reader.fieldnames)} columns"
+            continue
+        yield reader.line_num, {k: v if v != "" or k == "text" else None for k, v in row.items()}, None
+
+
 class _Table:
     """Columns of JSONL rows, shaped like the bits of a ``datasets.Dataset`` the loaders read."""
 

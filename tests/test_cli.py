@@ -160,3 +160,43 @@ def test_route_prints_one_json_line_with_a_numeric_confidence():
     brief = json.loads(out.output.splitlines()[0])
     assert isinstance(brief["confidence"], float) and 0 < brief["confidence"] <= 1
     assert brief["intent"] == "SEARCH"
+
+
+def test_data_check_reads_csv_tsv_and_parquet_as_it_reads_jsonl(tmp_path):
+    """The tiny corpus's train, dev and test splits as CSV, TSV and Parquet: the same rows, the same
+    tables; a leak is caught across formats; a folder with no data file is an error, not "0 file(s)"."""
+    import csv
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def rows(name):
+        return [json.loads(line) for line in (FIXTURES / "tiny" / f"{name}.jsonl").open()]
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    with (corpus / "train.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, ["text", "label"])
+        w.writeheader()
+        w.writerows(rows("train"))
+    with (corpus / "dev.tsv").open("w", newline="") as f:
+        w = csv.DictWriter(f, ["text", "label"], delimiter="\t")
+        w.writeheader()
+        w.writerows(rows("dev"))
+    pq.write_table(pa.Table.from_pylist(rows("test")), corpus / "test.parquet")
+    out = runner.invoke(app, ["data", "check", str(corpus), "--json"])
+    report = json.loads(out.output)
+    assert out.exit_code == 0 and not report["errors"], report["errors"]
+    splits = [str(FIXTURES / "tiny" / f"{s}.jsonl") for s in ("train", "dev", "test")]
+    jsonl = json.loads(runner.invoke(app, ["data", "check", *splits, "--json"]).output)
+    assert len(report["files"]) == 3
+    assert report["class_balance"] == jsonl["class_balance"] and report["length_stats"] == jsonl["length_stats"]
+    leak = rows("dev")[0]
+    with (corpus / "train.csv").open("a", newline="") as f:
+        csv.DictWriter(f, ["text", "label"]).writerow(leak)
+    leaky = json.loads(runner.invoke(app, ["data", "check", str(corpus), "--json"]).output)
+    assert any(e["message"].startswith("leak") for e in leaky["errors"])
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.txt").write_text("not data\n")
+    none = runner.invoke(app, ["data", "check", str(tmp_path / "empty")])
+    assert none.exit_code == 1 and "no data files" in none.output

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eval.data_sources import iter_jsonl
+from eval.data_sources import DATA_SUFFIXES, DataError, iter_rows
 from router.intents import intents_of, label_problem
 from training.compound_corpus import (
     CompoundRow,
@@ -216,7 +216,8 @@ def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
     for p in paths:
         p = Path(p)
         if p.is_dir():
-            found = sorted(p.glob("*.jsonl"), key=lambda q: (_split_rank(q), q.name))
+            found = [q for q in p.iterdir() if q.suffix.lower() in DATA_SUFFIXES and q.is_file()]
+            found.sort(key=lambda q: (_split_rank(q), q.name))
             out.extend(found)
             if not is_compound_file(p / "x"):
                 out.extend(compound_files(p))
@@ -245,11 +246,11 @@ def _parse_file(path: Path, labels: Sequence[str], report: CheckReport) -> list[
         err(0, "file not found")
         return rows
     try:
-        raw = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as e:
-        err(0, f"not UTF-8: {e}")
+        parsed = list(iter_rows(path))
+    except DataError as e:
+        err(0, str(e).removeprefix(f"{path}: "))
         return rows
-    for n, obj, problem in iter_jsonl(raw):
+    for n, obj, problem in parsed:
         if problem is not None:
             err(n, problem)
             continue
@@ -312,7 +313,10 @@ def check_files(
     the other splits may only use those, and each label's rows and the balance are checked
     (training.label_set)."""
     report = CheckReport()
+    paths = [Path(p) for p in paths]
     files = expand_paths(paths)
+    for folder in (p for p in paths if p.is_dir() and not any(f.parent == p for f in files)):
+        report.issues.append(Issue("error", str(folder), 0, f"no data files ({', '.join(DATA_SUFFIXES)})"))
     for path in files:
         report.files.append(str(path))
         report.examples[str(path)] = _parse_file(path, labels, report)
