@@ -7,11 +7,11 @@ import pytest
 
 from tests.conftest import FAST, ROOT, SHIPPED, tiny_config
 
-# the shipped int8 graph (fused-nbits8-b32): its tensors stored as float16, the six fused attentions' Q, K
-# and V weights and the scales of the 18 MatMulNBits weights; dequantized, those 18 weights and the
-# embedding tables, which this recipe stores in int8
-HALF_PRECISION_TENSORS = 24
-DEQUANTIZED = 21
+# the shipped int8 graph (fused-nbits8-b32-fp32emb): its tensors stored as float16, the six fused
+# attentions' Q, K and V weights, the scales of the 18 MatMulNBits weights and the two embedding tables,
+# which this recipe keeps out of int8; dequantized, those 18 weights
+HALF_PRECISION_TENSORS = 26
+DEQUANTIZED = 18
 # an fp16 graph's: four weight matrices a layer (Q, K and V, the attention's output, the feed-forward
 # pair) in six layers, and the two embedding tables
 FP16_HALF_PRECISION_TENSORS = 26
@@ -95,7 +95,7 @@ def test_the_shipped_models_body_is_recovered_from_its_graph(tmp_path):
     for name in ("manifest.json", graph_file, "tokenizer.json"):
         shutil.copy(SHIPPED / name, shipped / name)
     note = recover_body(shipped, tmp_path / "body", report=lambda _: None)
-    assert note["variant"] == "int8" and note["recipe"] == "fused-nbits8-b32"
+    assert note["variant"] == "int8" and note["recipe"] == "fused-nbits8-b32-fp32emb"
     assert note["dequantized"] == DEQUANTIZED and note["weights"] == 101
     assert note["half_precision"] == HALF_PRECISION_TENSORS
     assert note["kept_from_base"] == ["pooler.dense.bias", "pooler.dense.weight"]
@@ -263,10 +263,10 @@ def test_bench_speed_times_the_pytorch_model_read_back_when_no_checkpoint_ships(
     assert all(r["speedup_p50_vs_setfit"] > 0 for r in res["rows"])
     assert any("reading the PyTorch model back" in line for line in said)
 
-    said.clear()  # the fast model's graph runs int8 activations: no read-back
+    said.clear()  # the fast model's graph is a 3-layer student of the 6-layer base: no read-back
     res = speed_benchmark(FAST, data, runs=1, report=said.append)
     assert not any(r["name"].startswith("setfit") for r in res["rows"])
-    assert any("skipping setfit pytorch" in line and "int8 activations" in line for line in said)
+    assert any(line.startswith("skipping setfit pytorch: ") for line in said), said
 
 
 def test_a_graph_lacking_layers_of_the_base_body_is_refused_by_name(tmp_path, monkeypatch):

@@ -142,8 +142,9 @@ def speed_benchmark(
 
     The PyTorch row is ``reference``'s SetFit model (default: ``model``'s): its checkpoint, or, for an
     exported model that ships without one, the model read back from its graph (training.readback), so that
-    the ratio to SetFit can be measured on any machine. A model whose graph runs int8 activations (the fast
-    student) cannot be read back: name the default model as the reference."""
+    the ratio to SetFit can be measured on any machine. A model whose graph runs int8 activations, or a
+    student with fewer layers than its base model (the fast model), cannot be read back: name the default
+    model as the reference."""
     from eval.bench_speed import run_speed_benchmark
     from eval.data import load_unlabeled
     from router.shipped import default_model_dir
