@@ -1,7 +1,9 @@
 """Clause segmentation for compound requests: "find the Q3 deck and email it to Maria" -> ["find the Q3
-deck", "email it to Maria"]. Each clause is classified on its own (a clause's tokens pooled inside the
-whole message carry the whole message's intent, measured: 30% of two-intent messages found instead of
-86%), so the split only has to be good enough to isolate the asks; the compound head decides.
+deck", "email it to Maria"]. Each clause is classified on its own: in a second run of the graph, or, for a
+body distilled to read them there (the shipped models), from its tokens pooled inside the message's own
+run (router.compound); an undistilled body's pooled clause carries the whole message's intent (measured:
+30% of two-intent messages found instead of 86%). The split only has to be good enough to isolate the
+asks; the compound head decides.
 """
 
 from __future__ import annotations
