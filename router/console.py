@@ -49,7 +49,10 @@ ModelDir = Annotated[
 ]
 OutModelDir = Annotated[
     Path | None,
-    Opt("--out", help="Model directory to write (default: models/<the config's name>, in the working directory)."),
+    Opt(
+        "--out",
+        help="Model directory to write (default: models/<the config's name>, in the working directory).",
+    ),
 ]
 RouterConfigFile = Annotated[
     Path | None, Opt("--config", help="Router config YAML (skills, roles, threshold).")

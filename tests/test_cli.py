@@ -190,7 +190,9 @@ def test_data_check_reads_csv_tsv_and_parquet_as_it_reads_jsonl(tmp_path):
     splits = [str(FIXTURES / "tiny" / f"{s}.jsonl") for s in ("train", "dev", "test")]
     jsonl = json.loads(runner.invoke(app, ["data", "check", *splits, "--json"]).output)
     assert len(report["files"]) == 3
-    assert report["class_balance"] == jsonl["class_balance"] and report["length_stats"] == jsonl["length_stats"]
+    assert (
+        report["class_balance"] == jsonl["class_balance"] and report["length_stats"] == jsonl["length_stats"]
+    )
     leak = rows("dev")[0]
     with (corpus / "train.csv").open("a", newline="") as f:
         csv.DictWriter(f, ["text", "label"]).writerow(leak)

@@ -243,5 +243,7 @@ def test_a_rule_across_fields_names_the_line_of_the_field_it_names(tmp_path):
     lines[at] = "fallback_intents: [SEARCH, BOOKING]"
     p = tmp_path / "fallback.yaml"
     p.write_text("\n".join(lines))
-    with pytest.raises(ValueError, match=rf"fallback\.yaml:{at + 1}: .*fallback_intents must name configured"):
+    with pytest.raises(
+        ValueError, match=rf"fallback\.yaml:{at + 1}: .*fallback_intents must name configured"
+    ):
         RouterConfig.load(p)

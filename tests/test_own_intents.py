@@ -212,9 +212,7 @@ def test_schema_and_serve_name_the_users_intents(shop, tmp_path):
     assert out.exit_code == 0, out.output
     schema = json.loads((shop / "decision.schema.json").read_text())
     assert schema["properties"]["intent"]["anyOf"][0]["enum"] == list(OWN)
-    server = Server(
-        "--model", str(shop / MODEL), "--config", str(shop / "router.yaml"), tmp=tmp_path
-    )
+    server = Server("--model", str(shop / MODEL), "--config", str(shop / "router.yaml"), tmp=tmp_path)
     try:
         r = server.route({"role": "customer", "message": "where is order 88213? it said 2 days a week ago"})
         assert r.status_code == 200, r.text

@@ -414,9 +414,11 @@ def test_the_exports_known_chatter_is_silenced_and_nothing_else(caplog):
     with caplog.at_level(logging.WARNING), warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         with known_export_noise_silenced():
-            warnings.warn("You are using the legacy TorchScript-based ONNX export", DeprecationWarning)
+            warnings.warn(
+                "You are using the legacy TorchScript-based ONNX export", DeprecationWarning, stacklevel=1
+            )
             logging.warning("Please consider to run pre-processing before quantization.")
-            warnings.warn("a real problem", RuntimeWarning)
+            warnings.warn("a real problem", RuntimeWarning, stacklevel=1)
             logging.warning("parity failed")
     assert [str(w.message) for w in seen] == ["a real problem"]
     assert [r.getMessage() for r in caplog.records] == ["parity failed"]

@@ -240,11 +240,30 @@ def test_score_with_labels_reports_what_eval_reports(tmp_path):
     from cli import app
 
     test = ROOT / "data" / "test.jsonl"
-    args = ["score", str(test), "--out", str(tmp_path / "out.jsonl"), "--model", SHIPPED, "--with-labels", "-q"]
+    args = [
+        "score",
+        str(test),
+        "--out",
+        str(tmp_path / "out.jsonl"),
+        "--model",
+        SHIPPED,
+        "--with-labels",
+        "-q",
+    ]
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output
     scored = json.loads(r.output.strip().splitlines()[-1])["metrics"]
-    args = ["eval", "--model", SHIPPED, "--data", str(test), "--out", str(tmp_path / "eval"), "--max-latency-samples", "0"]
+    args = [
+        "eval",
+        "--model",
+        SHIPPED,
+        "--data",
+        str(test),
+        "--out",
+        str(tmp_path / "eval"),
+        "--max-latency-samples",
+        "0",
+    ]
     assert CliRunner().invoke(app, args).exit_code == 0
     evaluated = json.loads((tmp_path / "eval" / "eval.json").read_text())["classification"]
     assert scored["accuracy"] == pytest.approx(evaluated["accuracy"], abs=1e-6)

@@ -27,7 +27,9 @@ def test_the_speed_benchmark_counts_the_calls_that_ran_the_graph_twice(tiny_expo
     from eval.bench_speed import bench_router, table_rows
     from router import Router
 
-    assert bench_router(SHIPPED, ["find the Q3 deck and email it to Maria"], warmup=1)["read_twice_share"] == 0
+    assert (
+        bench_router(SHIPPED, ["find the Q3 deck and email it to Maria"], warmup=1)["read_twice_share"] == 0
+    )
     model, manifest = tiny_exported
     assert manifest.compound is not None and manifest.compound.reader is None
     texts = [

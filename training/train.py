@@ -104,7 +104,9 @@ def train(
     cal_rows = _joined(dev_rows, compound["dev"])
     temperature = model.calibrate(cal_rows.texts, cal_rows.labels, cal_rows.secondary)
     # fitted_on: "prior" when dev could not place the temperature (training.calibrate)
-    calib = Calibration(temperature=temperature, fitted_on="dev" if model.temperature_note is None else "prior")
+    calib = Calibration(
+        temperature=temperature, fitted_on="dev" if model.temperature_note is None else "prior"
+    )
     metrics: dict = {}
     for split, rows in (("dev", dev_rows), ("test", test_rows)):
         if not rows:
