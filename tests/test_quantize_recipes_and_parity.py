@@ -419,6 +419,7 @@ def test_the_exports_known_chatter_is_silenced_and_nothing_else(caplog):
             )
             logging.warning("Please consider to run pre-processing before quantization.")
             warnings.warn("a real problem", RuntimeWarning, stacklevel=1)
+            warnings.warn("another library's deprecation", DeprecationWarning, stacklevel=1)
             logging.warning("parity failed")
-    assert [str(w.message) for w in seen] == ["a real problem"]
+    assert [str(w.message) for w in seen] == ["a real problem", "another library's deprecation"]
     assert [r.getMessage() for r in caplog.records] == ["parity failed"]

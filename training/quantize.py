@@ -358,7 +358,9 @@ def known_export_noise_silenced():
     root.addFilter(hint)
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
+            # torch's notices about its legacy exporter, not every DeprecationWarning raised meanwhile
+            for notice in (r"You are using the legacy TorchScript", r"The feature will be removed"):
+                warnings.filterwarnings("ignore", message=notice, category=DeprecationWarning)
             warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.onnx")
             warnings.filterwarnings("ignore", message=r"Converting a tensor to a Python")
             yield
