@@ -4,11 +4,9 @@ Per message, two predictions:
 
 - *classifier level* (before the threshold): the intents ``router.compound.resolve_intents`` gives
   (the predictor's ``predict_compound``), or the arg-max label;
-- *router level* (no verifier): out of scope (eval.scope.outcomes) loads nothing; an accepted message
-  (top-1 confidence, or the confidence in a compound message's two intents by
-  ``router.compound.compound_confidence``, >= tau) loads the skills of its
-  intents (the primary and, by the same rule, the second); a message below tau loads the skills of the
-  config's fallback intents. Skills and budget are ``router.compound.merge_skills``.
+- *router level* (no verifier): what route() did with it (eval.routed.routed_rows): out of scope loads
+  nothing; a message routed to its intents loads their skills; any other (below its threshold, a
+  continuation with no previous turn, ...) loads the skills of the config's fallback intents, or none.
 
 A predictor without a compound head (no ``predict_compound`` or no ``compound_spec``) calls every
 message single-intent, and the section still reports, so that a gate shows the regression.
@@ -22,7 +20,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from eval.metrics import rounded as _r
-from eval.scope import outcomes
 from router.compound import compound_confidence, merge_skills
 from router.config import RouterConfig
 from router.intents import OUT_OF_SCOPE
@@ -82,47 +79,6 @@ def predicted_intents(
     return [
         list(intents[i]) if intents is not None and intents[i] else [labels[j]] for i, j in enumerate(pred)
     ]
-
-
-def route_rows(
-    probs: np.ndarray,
-    labels: Sequence[str],
-    tau: float,
-    *,
-    distance: np.ndarray | None = None,
-    distance_threshold: float | None = None,
-    intents: Sequence[Sequence[str]] | None = None,
-    pair_confidence: np.ndarray | None = None,
-    config: RouterConfig | None = None,
-) -> Routed:
-    """What the router (no verifier) does with each message, and the skills it loads. ``pair_confidence``:
-    each message's confidence in its intents (router.compound.compound_confidence); without it, the
-    probability mass on them."""
-    cfg = config or RouterConfig.load()
-    predicted = predicted_intents(probs, labels, intents)
-    if pair_confidence is not None:
-        pair = np.asarray(pair_confidence, dtype=np.float64)
-    else:
-        rows = [dict(zip(labels, map(float, row), strict=True)) for row in probs]
-        pair = np.array([compound_confidence(row, p) for row, p in zip(rows, predicted, strict=True)])
-    o = outcomes(
-        probs, labels, tau, distance, distance_threshold, pair_confidence=pair if len(pair) else None
-    )
-    fallback = merge_skills([cfg.intents[i] for i in cfg.fallback_intents])
-    status, skills, budget = [], [], []
-    for i, intents in enumerate(predicted):
-        if o["out_of_scope"][i]:
-            status.append("out_of_scope")
-            req, opt, b = [], [], 0
-        elif o["accepted"][i]:
-            status.append("accepted")
-            req, opt, b = merge_skills([cfg.intents[x] for x in intents if x in cfg.intents])
-        else:
-            status.append("fallback")
-            req, opt, b = fallback
-        skills.append(req + opt)
-        budget.append(b)
-    return Routed(predicted, status, skills, np.asarray(budget, dtype=np.float64))
 
 
 def _share(mask) -> float | None:
@@ -203,38 +159,25 @@ def skills_summary(r: Routed, gold: Sequence[Sequence[str]], config: RouterConfi
 
 
 def compound_metrics(
-    probs: np.ndarray,
-    labels: Sequence[str],
     gold: Sequence[Sequence[str]],
     tau: float,
     *,
-    distance: np.ndarray | None = None,
-    distance_threshold: float | None = None,
+    routed: Routed,
     intents: Sequence[Sequence[str]] | None = None,
-    pair_confidence: np.ndarray | None = None,
     compound_threshold: float | None = None,
     config: RouterConfig | None = None,
 ) -> dict:
-    """The report's compound metrics over messages with gold label sets (primary first); ``intents`` are
-    the predictor's (None without a compound head)."""
+    """The report's compound metrics over messages with gold label sets (primary first): ``routed`` says
+    what the router did with each (eval.routed.routed_rows, or ``route_rows``); ``intents`` are the
+    predictor's (None without a compound head)."""
     cfg = config or RouterConfig.load()
-    r = route_rows(
-        probs,
-        labels,
-        tau,
-        distance=distance,
-        distance_threshold=distance_threshold,
-        intents=intents,
-        pair_confidence=pair_confidence,
-        config=cfg,
-    )
     head = intents is not None
     return {
         "compound_head": head,
         "compound_threshold": _r(compound_threshold, 4) if head and compound_threshold is not None else None,
         "tau": _r(tau, 4),
-        "compound": compound_summary(r, gold, cfg),
-        "single": single_summary(r.predicted, gold),
-        **per_intent_metrics(r.predicted, gold, list(cfg.intents)),
-        "skills": skills_summary(r, gold, cfg),
+        "compound": compound_summary(routed, gold, cfg),
+        "single": single_summary(routed.predicted, gold),
+        **per_intent_metrics(routed.predicted, gold, list(cfg.intents)),
+        "skills": skills_summary(routed, gold, cfg),
     }

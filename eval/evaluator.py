@@ -26,20 +26,21 @@ from eval.compound import (
     head_arguments,
     predict_compound_in_batches,
     predicted_intents,
-    route_rows,
     single_summary,
     skills_summary,
 )
 from eval.data import LabeledData, UnlabeledData, load_labeled, load_unlabeled
 from eval.latency import DEFAULT_SAMPLES, measure_latency
-from eval.metrics import DEFAULT_BINS, calibration_metrics, classification_metrics, misclassified
+from eval.metrics import DEFAULT_BINS, calibration_metrics, classification_metrics, misclassified, rounded
 from eval.predictors import Predictor, load_onnx_predictor
+from eval.routed import ACCEPTED, decide, decided_outcomes, routed_rows, router_for
 from eval.scope import scope_metrics, scope_sweep
 from eval.thresholds import DEFAULT_TAUS, at_threshold, oos_recall, threshold_sweep
 from router.config import RouterConfig, validate_threshold
+from router.decision import Decision
 from router.guardrail import low_signal_reason
-from router.intents import OUT_OF_SCOPE, intents_of
 from router.manifest import package_versions
+from router.routing import Router
 
 SCHEMA_VERSION = 1
 REPORT_KIND = "intent-router-eval"
@@ -66,6 +67,10 @@ def split_metrics(probs: np.ndarray, y: np.ndarray, labels: Sequence[str]) -> di
     return out
 
 
+def _share(mask: np.ndarray) -> float | None:
+    return rounded(float(np.mean(mask))) if len(mask) else None
+
+
 @dataclass
 class Evaluation:
     """Metric sections of a report, and the probabilities they were computed from."""
@@ -87,26 +92,34 @@ def evaluate(
     taus: Sequence[float] = DEFAULT_TAUS,
     max_latency_samples: int = DEFAULT_SAMPLES,
     config: RouterConfig | None = None,
+    router: Router | None = None,
 ) -> Evaluation:
     """Score ``predictor`` on ``data`` (and out-of-scope ``oos``, compound requests ``compound``) at
-    threshold ``tau``. ``config``: the router config whose skills the compound section loads (default:
-    the shipped one)."""
+    threshold ``tau``. ``config``: the router config whose skills and thresholds the routed figures use
+    (default: the shipped one). The routed figures are counted from ``router``'s Decisions (eval.routed;
+    default: a router over ``predictor`` with ``tau`` for every intent)."""
+    cfg = config or RouterConfig.load()
+    router = router or router_for(predictor, cfg, tau)
     labels = list(predictor.labels)
     index = {l: i for i, l in enumerate(labels)}
     y = np.array([index[l] for l in data.labels], dtype=int)
     if compound is not None:  # the compound rule's clause runs only when compound requests are scored
-        probs, dist, intents, pair = predict_scored(predictor, data.texts)
+        probs, dist, intents, _ = predict_scored(predictor, data.texts)
     else:
-        (probs, dist), intents, pair = predict_in_batches(predictor, data.texts), None, None
+        (probs, dist), intents = predict_in_batches(predictor, data.texts), None
     limit = getattr(predictor, "distance_threshold", None)
-    oos_section, oos_probs, oos_dist, low = None, None, None, None
+    decided = decided_outcomes(decide(router, data.texts), probs.argmax(axis=1))
+    oos_section, oos_probs, low, oos_decided = None, None, None, None
     if oos is not None:
-        oos_probs, oos_dist = predict_in_batches(predictor, oos.texts)
+        oos_probs, _ = predict_in_batches(predictor, oos.texts)
         low = [low_signal_reason(t) is not None for t in oos.texts]
+        oos_decisions = decide(router, oos.texts)
+        oos_decided = decided_outcomes(oos_decisions, oos_probs.argmax(axis=1))
         oos_section = {
             **source_section(oos),
             **oos_recall(oos_probs, tau, low_signal=low, labels=labels),
-            "accepted_examples": _oos_accepted(oos, oos_probs, labels, tau, low),
+            "router_recall": _share(~oos_decided["accepted"]),
+            "accepted_examples": _oos_accepted(oos, oos_decisions),
         }
     all_taus = [*taus, tau]
     pred = predicted_intents(probs, labels, intents) if compound is not None else None
@@ -120,14 +133,12 @@ def evaluate(
         },
         "oos": oos_section,
         "scope": {
-            **scope_metrics(probs, y, labels, tau, dist, limit, oos_probs, oos_dist, low),
+            **scope_metrics(y, labels, tau, limit, decided, oos_decided, oos_low_signal=low),
             "sweep": scope_sweep(probs, y, labels, all_taus, dist, limit),
         },
         "compound": None
         if compound is None
-        else _compound_section(
-            predictor, compound, tau, data, (probs, dist, intents, pair, pred), config or RouterConfig.load()
-        ),
+        else _compound_section(predictor, router, compound, tau, data, pred, cfg),
         "latency": measure_latency(predictor, data.texts, max_latency_samples)
         if max_latency_samples > 0
         else None,
@@ -149,37 +160,22 @@ def predict_scored(
 
 
 def _compound_section(
-    predictor, ds: LabeledData, tau: float, data: LabeledData, main: tuple, cfg: RouterConfig
+    predictor, router: Router, ds: LabeledData, tau: float, data: LabeledData, pred: list, cfg: RouterConfig
 ) -> dict:
     """The compound file's rows scored apart; ``data_single``: the main data's single rows called
     compound, and the skills the router loads per message of the main data (``cfg``'s)."""
-    cfg.check_intents(intents_of(predictor.labels))
-    probs, dist, intents, pair = predict_scored(predictor, ds.texts)
-    limit = getattr(predictor, "distance_threshold", None)
+    probs, _, intents, _ = predict_scored(predictor, ds.texts)
+    predicted = predicted_intents(probs, predictor.labels, intents)
     metrics = compound_metrics(
-        probs,
-        predictor.labels,
         ds.label_sets,
         tau,
-        distance=dist,
-        distance_threshold=limit,
-        pair_confidence=pair,
+        routed=routed_rows(decide(router, ds.texts), predicted),
         config=cfg,
         **head_arguments(predictor, intents),
     )
-    m_probs, m_dist, m_intents, m_pair, m_pred = main
-    routed = route_rows(
-        m_probs,
-        predictor.labels,
-        tau,
-        distance=m_dist,
-        distance_threshold=limit,
-        intents=m_intents,
-        pair_confidence=m_pair,
-        config=cfg,
-    )
+    routed = routed_rows(decide(router, data.texts), pred)
     data_single = {
-        **single_summary(m_pred, data.label_sets),
+        **single_summary(pred, data.label_sets),
         "skills": skills_summary(routed, data.label_sets, cfg),
     }
     return {**source_section(ds), **metrics, "data_single": data_single}
@@ -278,6 +274,7 @@ def run_evaluation(
         taus=taus,
         max_latency_samples=max_latency_samples,
         config=cfg,
+        router=router_for(predictor, cfg, threshold),  # without --threshold, the config's per intent too
     )
     report = {
         "schema_version": SCHEMA_VERSION,
@@ -301,7 +298,7 @@ def run_evaluation(
 
         report["intent_thresholds"] = fit_intent_thresholds(ev.probs, ev.y, labels, tau, fit_thresholds)
     if conversations is not None:
-        report["conversation"] = _conversation_section(model, variant, tau, conversations, cfg)
+        report["conversation"] = _conversation_section(model, variant, threshold, conversations, cfg)
     if verifier is not None:
         from eval.verifier_lift import verifier_lift
 
@@ -311,7 +308,7 @@ def run_evaluation(
     return report
 
 
-def _conversation_section(model, variant: str | None, tau: float, path: str | Path, cfg) -> dict:
+def _conversation_section(model, variant: str | None, tau: float | None, path: str | Path, cfg) -> dict:
     from eval.conversation import evaluate_conversations
     from router.manifest import load_manifest
     from router.routing import Router
@@ -332,17 +329,16 @@ def source_section(ds) -> dict:
     }
 
 
-def _oos_accepted(ods, probs: np.ndarray, labels: list[str], tau: float, low: list[bool]) -> list[dict]:
-    """Out-of-scope messages the router would accept as an intent (confidence >= tau, not stopped by the guardrail)."""
-    conf, pred = probs.max(axis=1), probs.argmax(axis=1)
-    hits = [i for i in range(len(conf)) if conf[i] >= tau and not low[i] and labels[pred[i]] != OUT_OF_SCOPE]
-    hits.sort(key=lambda i: -conf[i])
+def _oos_accepted(ods, decisions: Sequence[Decision]) -> list[dict]:
+    """Out-of-scope messages the router routes to intents of their own, the surest first."""
+    hits = [i for i, d in enumerate(decisions) if d.reason_code in ACCEPTED]
+    hits.sort(key=lambda i: -(decisions[i].confidence or 0.0))
     return [
         {
             "row": ods.rows[i],
             "text": ods.texts[i],
-            "predicted": labels[pred[i]],
-            "confidence": round(float(conf[i]), 6),
+            "predicted": decisions[i].intent,
+            "confidence": round(float(decisions[i].confidence or 0.0), 6),
         }
         for i in hits[:MAX_OOS_ACCEPTED]
     ]

@@ -24,12 +24,12 @@ def outcomes(
     tau: float,
     distance: np.ndarray | None = None,
     distance_threshold: float | None = None,
-    pair_confidence: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
-    """Per message: ``pred`` (arg-max index), ``by_classifier`` and ``by_distance`` (the out-of-scope
-    signals), ``out_of_scope`` (either), ``accepted`` (routed to its intent) and ``below``.
-    ``pair_confidence`` (the confidence in a compound message's two intents,
-    router.compound.compound_confidence) also accepts, as the router does."""
+    """What a single router-wide threshold ``tau`` would do, from the probabilities alone: the threshold
+    sweeps' what-if (scope_sweep). The routed figures at the router's own thresholds come from its
+    Decisions (eval.routed). Per message: ``pred`` (arg-max index), ``by_classifier`` and ``by_distance``
+    (the out-of-scope signals), ``out_of_scope`` (either), ``accepted`` (routed to its intent) and
+    ``below``."""
     probs = np.asarray(probs, dtype=np.float64)
     n = len(probs)
     pred, conf = (probs.argmax(axis=1), probs.max(axis=1)) if n else (np.zeros(0, int), np.zeros(0))
@@ -41,8 +41,6 @@ def outcomes(
         by_distance = np.zeros(n, bool)
     out_of_scope = by_classifier | by_distance
     accepted = ~out_of_scope & (conf >= tau)
-    if pair_confidence is not None:
-        accepted |= ~out_of_scope & (np.asarray(pair_confidence, dtype=np.float64) >= tau)
     if oos_col is not None:
         accepted &= pred != oos_col
     if CONTINUATION in labels:  # with no previous turn a continuation gets no intent (needs_context)
@@ -95,20 +93,19 @@ def out_of_scope_summary(o: dict[str, np.ndarray], low_signal: Sequence[bool] | 
 
 
 def scope_metrics(
-    probs: np.ndarray,
     y: np.ndarray,
     labels: Sequence[str],
     tau: float,
-    distance: np.ndarray | None = None,
-    distance_threshold: float | None = None,
-    oos_probs: np.ndarray | None = None,
-    oos_distance: np.ndarray | None = None,
+    distance_threshold: float | None,
+    decided: dict[str, np.ndarray],
+    oos_decided: dict[str, np.ndarray] | None = None,
     oos_low_signal: Sequence[bool] | None = None,
 ) -> dict:
-    """In-scope and out-of-scope behaviour at ``tau``: labelled rows split by their label, plus an
-    unlabelled out-of-scope file; precision of the out-of-scope calls over the labelled rows."""
+    """In-scope and out-of-scope behaviour as routed: labelled rows split by their label, plus an
+    unlabelled out-of-scope file; precision of the out-of-scope calls over the labelled rows.
+    ``decided`` / ``oos_decided``: what the router did with each message (eval.routed.decided_outcomes)."""
     y = np.asarray(y, dtype=int)
-    o = outcomes(probs, labels, tau, distance, distance_threshold)
+    o = decided
     is_oos, is_cont = _reserved_rows(y, labels)
     ins = ~is_oos & ~is_cont
     part = {k: v[ins] for k, v in o.items()}
@@ -135,9 +132,8 @@ def scope_metrics(
     called = o["out_of_scope"]
     if called.any() and is_oos.any():
         section["precision"] = _r(float(is_oos[called].mean()))
-    if oos_probs is not None and len(oos_probs):
-        fo = outcomes(oos_probs, labels, tau, oos_distance, distance_threshold)
-        section["oos_file"] = out_of_scope_summary(fo, oos_low_signal)
+    if oos_decided is not None and len(oos_decided["pred"]):
+        section["oos_file"] = out_of_scope_summary(oos_decided, oos_low_signal)
     return section
 
 

@@ -209,18 +209,16 @@ def test_compound_confidence_reads_the_clauses_when_the_whole_message_spreads():
 
 
 def test_eval_accepts_a_compound_request_on_its_clauses_as_the_router_does():
-    from eval.compound import route_rows
+    from tests.test_eval_compound import _route
 
-    labels = ["ACTION", "MEMORY", "OUT_OF_SCOPE", "PLANNING", "REASONING", "SEARCH"]
-    probs = np.array([[0.15, 0.0, 0.0, 0.5, 0.3, 0.05]])
-    spread = route_rows(probs, labels, 0.75, intents=[["ACTION", "REASONING"]], config=CONFIG)
-    sure = route_rows(
-        probs,
-        labels,
-        0.75,
-        intents=[["ACTION", "REASONING"]],
-        pair_confidence=np.array([0.81]),
-        config=CONFIG,
-    )
+    probs = np.array(
+        [[0.15, 0.0, 0.0, 0.5, 0.3, 0.05]]
+    )  # ACTION MEMORY OUT_OF_SCOPE PLANNING REASONING SEARCH
+    clauses = [
+        {"text": "restart it", "label": "ACTION", "probability": 0.9},
+        {"text": "and why did it fail", "label": "REASONING", "probability": 0.81},
+    ]
+    spread = _route(probs, [["ACTION", "REASONING"]], CONFIG)
+    sure = _route(probs, [["ACTION", "REASONING"]], CONFIG, clauses=[clauses])
     assert spread.status == ["fallback"] and sure.status == ["accepted"]
     assert {"action", "synthesis"} <= set(sure.skills[0]) and "action" not in spread.skills[0]

@@ -6,11 +6,13 @@ import json
 import numpy as np
 import pytest
 
-from eval.compound import compound_metrics, route_rows
+from eval.compound import compound_metrics, predicted_intents
 from eval.evaluator import run_evaluation
 from eval.gate import DEFAULT_POLICY, gate_passed, gate_rows, make_baseline, run_gate
 from eval.report import load_schema
+from eval.routed import PredictorClassifier, decide, routed_rows
 from router.config import RouterConfig
+from router.routing import Router
 from tests.conftest import TINY
 from tests.json_schema_check import mini_validate, validate_json
 from tests.test_eval import _report
@@ -57,13 +59,53 @@ INTENTS = [
 ]
 
 
-def _metrics(with_head=True, **kw):
+class _Arrays:
+    """A predictor that answers message i with row i of hand-made arrays."""
+
+    labels = LABELS
+
+    def __init__(self, probs, intents=None, distance=None, limit=None, clauses=None):
+        self.probs, self.intents, self.distance = np.asarray(probs), intents, distance
+        self.distance_threshold, self.clauses = limit, clauses
+        self.texts = [f"please take care of item number {i} on my list today" for i in range(len(probs))]
+        if intents is not None:
+            from types import SimpleNamespace
+
+            self.compound_intents, self.compound_spec = HEAD, SimpleNamespace(threshold=CT)
+            self.predict_compound = self._predict_compound
+
+    def _rows(self, texts):
+        return [self.texts.index(t) for t in texts]
+
+    def predict_with_distance(self, texts):
+        i = self._rows(texts)
+        return self.probs[i], None if self.distance is None else np.asarray(self.distance)[i]
+
+    def predict_proba(self, texts):
+        return self.predict_with_distance(texts)[0]
+
+    def _predict_compound(self, texts):
+        i = self._rows(texts)
+        probs, dist = self.predict_with_distance(texts)
+        clauses = [self.clauses[j] if self.clauses else [] for j in i]
+        return probs, dist, SCORES[: len(i)], [self.intents[j] for j in i], clauses
+
+
+def _route(probs, intents=None, config=None, **kw):
+    """What the router (eval.routed) does with each row: compound intents ``intents``, or none."""
+    arrays = _Arrays(probs, intents, **kw)
+    router = Router(PredictorClassifier(arrays), config or RouterConfig.load(), threshold=TAU)
+    return routed_rows(decide(router, arrays.texts), predicted_intents(arrays.probs, LABELS, intents))
+
+
+def _metrics(with_head=True, config=None, **kw):
     head = dict(intents=INTENTS, compound_threshold=CT) if with_head else {}
-    return compound_metrics(PROBS, LABELS, GOLD, TAU, **head, **kw)
+    routed = _route(PROBS, INTENTS if with_head else None, config, **kw)
+    return compound_metrics(GOLD, TAU, routed=routed, config=config, **head)
 
 
-def test_route_rows_follows_the_router():
-    r = route_rows(PROBS, LABELS, TAU, intents=INTENTS)
+def test_routed_rows_follow_the_router():
+    r = _route(PROBS, INTENTS)
     assert r.predicted == [
         ["ACTION", "SEARCH"],
         ["SEARCH", "REASONING"],
@@ -78,9 +120,10 @@ def test_route_rows_follows_the_router():
         "fallback",
         "out_of_scope",
     ]
-    fallback = ["retrieval", "synthesis", "reflection"]  # SEARCH + REASONING, the default config's
-    assert r.skills[0] == ["action", "retrieval", "reflection"] and r.skills[2] == fallback
-    assert r.skills[3] == [] and r.skills[5] == ["memory", "reflection"] and r.skills[6] == fallback
+    skills = [set(s) for s in r.skills]  # granted or denied: what the intents load before RBAC
+    fallback = {"retrieval", "synthesis", "reflection"}  # SEARCH + REASONING, the default config's
+    assert skills[0] == {"action", "retrieval", "reflection"} and skills[2] == fallback
+    assert skills[3] == set() and skills[5] == {"memory", "reflection"} and skills[6] == fallback
     assert r.budget.tolist() == [4500, 3000, 3000, 0, 4500, 1500, 3000, 0]
 
 
@@ -127,7 +170,7 @@ def test_distance_and_config_change_the_routing():
     dist[0] = 9.0  # out of scope by distance: nothing loaded
     cfg = RouterConfig.load()
     cfg.fallback_intents = ["ACTION", "MEMORY"]
-    m = _metrics(distance=dist, distance_threshold=1.0, config=cfg)
+    m = _metrics(distance=dist, limit=1.0, config=cfg)
     assert m["compound"]["out_of_scope"] == 0.5 and m["compound"]["both_found"] == 0.75
     assert m["compound"]["skills_of_both_loaded"] == 0.5  # row 0 lost, row 2's fallback now has both
 
@@ -290,8 +333,8 @@ def test_two_intents_sharing_the_confidence_are_accepted_together():
     """As the router's confident_compound: top-1 below tau, but the two intents the message asks for
     together at or above it; without the second intent the message falls back."""
     probs = np.array([_probs(ACTION=0.5, SEARCH=0.4)])
-    r = route_rows(probs, LABELS, TAU, intents=[["ACTION", "SEARCH"]])
+    r = _route(probs, [["ACTION", "SEARCH"]])
     assert r.predicted == [["ACTION", "SEARCH"]] and r.status == ["accepted"]
     assert set(r.skills[0]) == {"action", "retrieval", "reflection"}
-    r = route_rows(probs, LABELS, TAU, intents=[["ACTION"]])
+    r = _route(probs, [["ACTION"]])
     assert r.predicted == [["ACTION"]] and r.status == ["fallback"]
