@@ -17,10 +17,12 @@ Source = Literal["classifier", "verifier", "fallback", "guardrail", "examples"]
 class ReasonCode(str, Enum):
     CONFIDENT = "confident"  # classifier confidence >= threshold
     VERIFIED = "verified"  # below threshold, the verifier chose the intent
-    FOLLOW_UP = "follow_up_kept_previous"  # verifier: same-domain follow-up, previous intent kept
+    FOLLOW_UP_KEPT_PREVIOUS = (
+        "follow_up_kept_previous"  # verifier: same-domain follow-up, previous intent kept
+    )
     NO_VERIFIER = "no_verifier"  # below threshold and no verifier configured
     VERIFIER_FAILED = "verifier_failed"  # verifier timed out, errored or answered invalid output
-    VERIFIER_UNAVAILABLE = "verifier_circuit_open"  # verifier skipped: circuit breaker open
+    VERIFIER_CIRCUIT_OPEN = "verifier_circuit_open"  # verifier skipped: circuit breaker open
     LOW_SIGNAL = "low_signal"  # guardrail: empty, punctuation/emoji-only or random characters
     INVALID_INPUT = "invalid_input"  # guardrail: not a str, or text the tokenizer could not take
     OUT_OF_SCOPE = "out_of_scope"  # none of the model's intents (chit-chat): no skill, reply directly
@@ -28,7 +30,7 @@ class ReasonCode(str, Enum):
     CONFIDENT_COMPOUND = (
         "confident_compound"  # two requested intents are sure enough together (router.compound)
     )
-    FOLLOW_UP_IN_CONTEXT = "follow_up"  # a continuation, read in context: the conversation's intents
+    FOLLOW_UP = "follow_up"  # a continuation, read in context: the conversation's intents
     NEEDS_CONTEXT = "needs_context"  # a continuation with no previous turn to read it with: no skill
     CLARIFY = "clarify"  # unsure, no verifier answer and no fallback intents: no skill, ask the user
     MATCHED_EXAMPLES = "matched_examples"  # an intent defined by examples: its nearest example reached it

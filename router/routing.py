@@ -323,7 +323,7 @@ class Router:
             return self._skill_free(m, ReasonCode.NEEDS_CONTEXT, "classifier", True, message, c, scope)
         detail = ctx.detail() if mass is None else {**ctx.detail(), "in_context": round(mass, 6)}
         m.trace.append(step("conversation", "continuation", detail))
-        return self._routed(m, c, scope, Route(ctx.intents, "classifier", ReasonCode.FOLLOW_UP_IN_CONTEXT))
+        return self._routed(m, c, scope, Route(ctx.intents, "classifier", ReasonCode.FOLLOW_UP))
 
     # -------------------------------------------------------------------------------- decisions
     def _routed(self, m: Message, c: Classification, scope: dict, route: Route) -> Decision:

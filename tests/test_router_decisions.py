@@ -243,3 +243,10 @@ def test_overlong_input_is_truncated_and_flagged(tiny_router):
     assert d.input.chars == len(text)
     assert d.input.truncated_chars and d.input.truncated_tokens
     assert d.intent is not None or d.source == "fallback"
+
+
+def test_every_reason_code_is_named_as_its_value():
+    """The value is the API (decision logs, the OpenAPI schema); the Python name says the same."""
+    from router.decision import ReasonCode
+
+    assert [c.name for c in ReasonCode] == [c.value.upper() for c in ReasonCode]

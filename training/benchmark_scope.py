@@ -94,7 +94,7 @@ UNSURE_REASONS = tuple(  # below the threshold with no verifier answer: the fall
     for r in (
         ReasonCode.NO_VERIFIER,
         ReasonCode.VERIFIER_FAILED,
-        ReasonCode.VERIFIER_UNAVAILABLE,
+        ReasonCode.VERIFIER_CIRCUIT_OPEN,
         ReasonCode.CLARIFY,
     )
 )

@@ -74,7 +74,9 @@ def verify_stage(
     if ctx is not None:
         detail["kept_previous"] = ctx.intents[0]
         accepted = step("verifier", "accepted", detail, ms)
-        return Verification(ctx.intents[0], "verifier", ReasonCode.FOLLOW_UP, accepted, ctx.secondary, ms)
+        return Verification(
+            ctx.intents[0], "verifier", ReasonCode.FOLLOW_UP_KEPT_PREVIOUS, accepted, ctx.secondary, ms
+        )
     if res.intent not in intents and not (
         res.intent == OUT_OF_SCOPE and res.reason_code != "same_domain_follow_up"
     ):
@@ -98,6 +100,6 @@ def _failed(e: Exception, ms: float) -> Verification:
     else:
         detail, status = {"error": f"{type(e).__name__}: {e}"}, "error"
     reason = (
-        ReasonCode.VERIFIER_UNAVAILABLE if isinstance(e, VerifierUnavailable) else ReasonCode.VERIFIER_FAILED
+        ReasonCode.VERIFIER_CIRCUIT_OPEN if isinstance(e, VerifierUnavailable) else ReasonCode.VERIFIER_FAILED
     )
     return Verification(None, "fallback", reason, step("verifier", status, detail, ms), ms=ms)
