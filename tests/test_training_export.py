@@ -201,7 +201,7 @@ def test_train_config_validation(tmp_path):
     from training.config import TrainConfig
 
     cfg_file = tmp_path / "cfg.yaml"
-    cfg_file.write_text("max_steps: 12\nseed: 3\n")
+    cfg_file.write_text("train_file: t.jsonl\ndev_file: d.jsonl\nmax_steps: 12\nseed: 3\n")
     cfg = TrainConfig.from_file(cfg_file, batch_size=4)
     assert (cfg.max_steps, cfg.seed, cfg.batch_size) == (12, 3, 4)
     cfg_file.write_text("max_stepz: 12\n")

@@ -261,13 +261,41 @@ class TrainConfig(BaseModel):
 
     @classmethod
     def from_file(cls, path: str | Path, **overrides: Any) -> TrainConfig:
+        """The config in ``path`` (YAML or JSON). One of the shipped recipes (training/configs/) reads the
+        shipped corpus by default; any other names its train and dev files, and takes no other corpus
+        file it does not name (a six-intent project must not train on the five-intent conversations)."""
         path = Path(path)
         text = path.read_text(encoding="utf-8")
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
         if not isinstance(data, dict):
             raise ValueError(f"{path}: a training config must be a mapping of option -> value")
         data.update({k: v for k, v in overrides.items() if v is not None})
+        if any(k not in cls.model_fields for k in data):
+            return cls.model_validate(data)  # raises, naming the unknown option
+        if path.resolve().parent != SHIPPED_CONFIGS.resolve():
+            missing = [k for k in REQUIRED_FILE_KEYS if k not in data]
+            if missing:
+                raise ValueError(
+                    f"{path}: name {' and '.join(missing)}: a training config outside training/configs/ "
+                    "reads no file of the shipped corpus"
+                )
+            data = {**dict.fromkeys(CORPUS_FILE_KEYS), **data}
         return cls.model_validate(data)
+
+
+#: the shipped recipes, which read the shipped corpus (data/) by default
+SHIPPED_CONFIGS = Path(__file__).parent / "configs"
+#: files a config outside SHIPPED_CONFIGS must name
+REQUIRED_FILE_KEYS = ("train_file", "dev_file")
+#: files a config outside SHIPPED_CONFIGS reads only when it names them
+CORPUS_FILE_KEYS = (
+    "test_file",
+    "compound_train_file",
+    "compound_dev_file",
+    "compound_test_file",
+    "conversation_train_file",
+    "conversation_test_file",
+)
 
 
 def resolve_base_model(name: str) -> str:

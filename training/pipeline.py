@@ -38,12 +38,16 @@ def build(
     from router.intents import CONTINUATION
     from router.manifest import load_manifest
     from training.export import export_model
+    from training.preflight import check_build_files
     from training.train import train
     from training.turn_reader import fit_turn_reader
 
     cfg = config or TrainConfig()
     out = Path(out) if out is not None else cfg.output_dir
     t0 = time.perf_counter()
+    report("== check the corpus and the router config")
+    labels = check_build_files(cfg)
+    report(f"labels: {', '.join(labels)}")
     report("== train + calibrate")
     train(cfg, out, report=report, show_progress=show_progress)
     report("== export")
