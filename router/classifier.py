@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,11 +30,6 @@ from router.turn_reader import TurnReader
 from router.wordpiece import AsciiWordPiece
 
 log = logging.getLogger(__name__)
-
-
-class UnstampedGraphWarning(UserWarning):
-    """The graph carries no intent_router metadata (exported before it existed): the manifest's labels,
-    max_seq_length and temperature cannot be checked against it."""
 
 
 @dataclass(frozen=True)
@@ -117,15 +111,11 @@ class Classifier:
         )
         meta = read_graph_metadata(self.session.get_modelmeta().custom_metadata_map)
         if meta is None:
-            msg = (
-                f"{graph_path}: the graph carries no intent_router metadata (an export from before it "
-                "existed), so the manifest's labels, max_seq_length and temperature cannot be checked; "
-                "re-export, or stamp it with router.model_card.stamp_model_dir"
+            raise ModelError(
+                f"{graph_path}: the graph carries no intent_router metadata, so the manifest's labels, "
+                "max_seq_length and temperature cannot be checked against it; export the model again"
             )
-            warnings.warn(msg, UnstampedGraphWarning, stacklevel=2)
-            log.warning(msg)
-        else:
-            check_graph_metadata(meta, self.manifest, str(graph_path))
+        check_graph_metadata(meta, self.manifest, str(graph_path))
         self.graph_metadata = meta
         outputs = self.session.get_outputs()
         if outputs[0].shape[-1] not in (len(self.labels), None) and isinstance(outputs[0].shape[-1], int):

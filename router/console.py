@@ -133,9 +133,7 @@ def table(title: str, header: list[str], rows: list[list]) -> None:
 
 
 def make_verifier(url: str | None, model: str | None, timeout: float | None, config=None):
-    """The LLM verifier for a base URL, or None without one."""
-    if not url:
-        return None
-    from router.verifier import LLMVerifier, VerifierSettings
+    """The verifier for a base URL, or None without one (router.verifier.factory)."""
+    from router.verifier.factory import build_verifier
 
-    return LLMVerifier(VerifierSettings.from_env(base_url=url, model=model, timeout=timeout), registry=config)
+    return build_verifier(url, model, timeout, config)

@@ -7,9 +7,7 @@ written into the ONNX file (``metadata_props``), where the file's sha256 covers 
 refuses a manifest that disagrees with them.
 
 Export calls ``stamp_graph(path, labels=..., max_seq_length=..., temperature=...)`` on each graph
-before it records the graph's sha256 (or ``stamp_model_dir(directory)`` afterwards, which re-stamps every
-listed graph from the manifest and updates the sha256 and byte counts). Graphs without the metadata
-(exported before it existed) still load, with a warning.
+before it records the graph's sha256. A graph without the metadata is refused.
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from router.manifest import Manifest, ModelError, file_entry, load_manifest
+from router.manifest import Manifest, ModelError
 
 PREFIX = "intent_router."
 VERSION = "1"
@@ -87,29 +85,6 @@ def stamp_graph(
     onnx.save(model, str(tmp))
     tmp.replace(path)
     return meta
-
-
-def stamp_model_dir(directory: str | Path) -> Manifest:
-    """Stamp every graph the manifest lists (labels, max_seq_length, temperature from the manifest) and
-    rewrite the manifest with the graphs' new sha256 and sizes. Graphs not on disk are skipped."""
-    directory = Path(directory)
-    manifest = load_manifest(directory)
-    if manifest.export is None:
-        raise ModelError(f"{directory}: the manifest has no export section")
-    for variant in manifest.export.variants.values():
-        path = directory / variant.file.path
-        if not path.is_file():
-            continue
-        stamp_graph(
-            path,
-            labels=manifest.labels,
-            max_seq_length=manifest.max_seq_length,
-            temperature=manifest.temperature,
-            extra=graph_scope_metadata(manifest),
-        )
-        variant.file = file_entry(directory, variant.file.path)
-    manifest.save(directory)
-    return manifest
 
 
 def read_graph_metadata(custom: Mapping[str, str]) -> dict[str, Any] | None:

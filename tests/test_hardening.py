@@ -140,7 +140,7 @@ def test_duplicate_keys_in_the_manifest_are_refused(tmp_path):
         Router.load(model)
 
 
-def test_unstamped_graph_loads_with_a_warning(tmp_path):
+def test_an_unstamped_graph_is_refused(tmp_path):
     import onnx
 
     from router.manifest import file_entry, load_manifest
@@ -153,9 +153,8 @@ def test_unstamped_graph_loads_with_a_warning(tmp_path):
     m = load_manifest(model)
     m.export.variants[variant].file = file_entry(model, path.name)
     m.save(model)
-    with pytest.warns(UserWarning, match="no intent_router metadata"):
-        c = Classifier(model)
-    assert c.graph_metadata is None
+    with pytest.raises(ModelError, match="no intent_router metadata"):
+        Classifier(model)
 
 
 def test_shipped_graph_carries_its_metadata():

@@ -74,10 +74,12 @@ def test_without_fallback_intents_nothing_is_loaded_and_the_reason_stays(router)
 class _Reader:
     """A verifier that reads any language: the intent for known texts, out of scope for the rest."""
 
+    intents = None  # takes whatever intents it is asked about
+
     def __init__(self, truth):
         self.truth, self.calls = truth, []
 
-    def verify(self, text, classification, previous=None):
+    def verify(self, text, classification, previous=None, context=None):
         self.calls.append(text)
         if text in self.truth:
             return VerifierResult(intent=self.truth[text])

@@ -236,7 +236,7 @@ def test_unknown_recipe(tmp_path):
 
 @pytest.mark.slow
 def test_tiny_export_keeps_a_recipe_that_passes_parity_single_and_batched(tiny_exported):
-    from training.export import MAX_PROB_DIFF
+    from training.parity import MAX_PROB_DIFF
     from training.quantize import DEFAULT_RECIPES
 
     _, manifest = tiny_exported

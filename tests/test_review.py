@@ -55,6 +55,8 @@ WITH_VERIFIER = DEV[100:]  # routed by a router with a scripted verifier
 class ScriptedVerifier:
     """SEARCH for every message, except that it times out on every third one it is asked about."""
 
+    intents = None  # takes whatever intents it is asked about
+
     def __init__(self):
         self.calls = 0
 

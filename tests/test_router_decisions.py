@@ -28,19 +28,23 @@ def tiny_router(tiny_exported):
 class FixedVerifier:
     """A verifier that always answers the same intent: stands in for an LLM where the LLM is not under test."""
 
+    intents = None  # takes whatever intents it is asked about
+
     def __init__(self, intent, reason_code="fresh_request"):
         self.intent, self.reason_code, self.calls = intent, reason_code, 0
 
-    def verify(self, text, classification, previous=None):
+    def verify(self, text, classification, previous=None, context=None):
         self.calls += 1
         return VerifierResult(intent=self.intent, reason_code=self.reason_code)
 
 
 class FailingVerifier:
+    intents = None  # takes whatever intents it is asked about
+
     def __init__(self, exc):
         self.exc, self.calls = exc, 0
 
-    def verify(self, text, classification, previous=None):
+    def verify(self, text, classification, previous=None, context=None):
         self.calls += 1
         raise self.exc
 

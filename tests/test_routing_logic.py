@@ -56,6 +56,8 @@ ANSWERS = {
 
 
 class FixedVerifier:
+    intents = None  # takes whatever intents it is asked about
+
     def __init__(self, intent: str, reason_code: str = "fresh_request") -> None:
         self.intent, self.reason_code, self.calls = intent, reason_code, []
 

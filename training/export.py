@@ -22,10 +22,8 @@ from training.embeddings import add_embeddings
 from training.half_storage import HALF_DESCRIPTION, HALF_INT8, store_half
 from training.head import softmax_weights
 from training.intent_model import IntentModel
-from training.parity import (  # noqa: F401  (re-exported: the gates live with the parity check)
-    MAX_PROB_DIFF,
+from training.parity import (
     PARITY_BATCH,
-    PARITY_MIN,
     ParityError,
     ParityText,
     check_parity,

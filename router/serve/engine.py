@@ -88,16 +88,10 @@ def build_router(settings: ServeSettings, model_dir: str | Path, config: str | P
     Router has no decision log yet: the caller attaches it, so the canary is not recorded."""
     from router.config import RouterConfig
     from router.routing import Router
+    from router.verifier.factory import build_verifier
 
     cfg = RouterConfig.load(config)
-    verifier = None
-    if settings.verifier_url:
-        from router.verifier import LLMVerifier, VerifierSettings
-
-        vs = VerifierSettings.from_env(
-            base_url=settings.verifier_url, model=settings.verifier_model, timeout=settings.verifier_timeout
-        )
-        verifier = LLMVerifier(vs, registry=cfg)
+    verifier = build_verifier(settings.verifier_url, settings.verifier_model, settings.verifier_timeout, cfg)
     try:
         router = Router.load(
             model_dir,

@@ -6,7 +6,8 @@
 - ``router.verifier.prompt``: the static system prompt and the per-message user prompt;
 - ``router.verifier.parsing``: defensive parsing and validation of the model output, trace sanitising;
 - ``router.verifier.transport``: an httpx transport whose sockets honour a wall-clock deadline;
-- ``router.verifier.client``: LLMVerifier over an OpenAI-compatible chat completions endpoint.
+- ``router.verifier.openai_compatible``: LLMVerifier over an OpenAI-compatible chat completions endpoint;
+- ``router.verifier.factory``: ``build_verifier``, the one place the CLI and the service build a backend.
 
 ``import router.verifier`` stays cheap: the LLM verifier (and httpx) load on first use of its names.
 """
@@ -29,7 +30,8 @@ from router.verifier.base import (
 )
 
 _LAZY = {
-    "LLMVerifier": "router.verifier.client",
+    "LLMVerifier": "router.verifier.openai_compatible",
+    "build_verifier": "router.verifier.factory",
     "VerifierSettings": "router.verifier.settings",
     "chat_completions_url": "router.verifier.settings",
     "redact_url": "router.verifier.settings",

@@ -6,6 +6,7 @@ a message says can widen what the caller's role grants.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -66,6 +67,14 @@ class VerifierUnavailable(VerifierError):
 
 @runtime_checkable
 class Verifier(Protocol):
+    """What the router asks of a verifier: every member it reads is here."""
+
+    @property
+    def intents(self) -> Sequence[str] | None:
+        """The intents it chooses among (the router refuses a verifier whose intents are not its own), or
+        None when it takes whatever intents it is asked about."""
+        ...
+
     def verify(
         self,
         text: str,
@@ -74,6 +83,5 @@ class Verifier(Protocol):
         context: str | None = None,
     ) -> VerifierResult:
         """Return the intent for ``text`` or raise VerifierError. ``previous`` is the previous turn's
-        Decision and ``context`` its message, when the caller gave them (the router passes ``context``
-        only when it has one, so a verifier without the parameter still works)."""
+        Decision and ``context`` its message, or None when the caller gave none."""
         ...

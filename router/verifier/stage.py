@@ -16,9 +16,9 @@ from router.verifier.base import VerifierError, VerifierUnavailable
 
 
 def check_verifier(verifier, intents: tuple[str, ...]) -> None:
-    """Raise ValueError when ``verifier`` says which intents it chooses among (``.intents``, as
-    router.verifier.LLMVerifier does) and they are not the model's ``intents``."""
-    known = getattr(verifier, "intents", None)
+    """Raise ValueError when ``verifier`` chooses among intents (``.intents``, router.verifier.base.Verifier)
+    that are not the model's ``intents``."""
+    known = verifier.intents if verifier is not None else None
     if known is not None and set(known) != set(intents):
         raise ValueError(
             f"the verifier chooses among {', '.join(known)}; the model's intents are {', '.join(intents)}: "
@@ -57,10 +57,7 @@ def verify_stage(
         return Verification(None, "fallback", ReasonCode.NO_VERIFIER, step("verifier", "absent"))
     t0 = time.perf_counter()
     try:
-        # the previous message goes to the verifier only when there is one: a verifier written before
-        # ``context`` existed keeps working
-        extra = {"context": turn.context} if turn.context else {}
-        res = verifier.verify(text, c, turn.previous, **extra)
+        res = verifier.verify(text, c, turn.previous, turn.context)
     except Exception as e:  # a third-party verifier must not take the router down either
         return _failed(e, round((time.perf_counter() - t0) * 1000, 4))
     ms = round((time.perf_counter() - t0) * 1000, 4)
