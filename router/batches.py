@@ -1,10 +1,13 @@
 """How the classifier cuts a batch of messages into graph runs: length-sorted batches that keep padding
-short (``length_batches``), and the check that a batch is a sequence of strings."""
+short (``length_batches``), the graph's inputs for one run (``graph_inputs``), and the check that a batch
+is a sequence of strings."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+
+import numpy as np
 
 # a batch's padded size: past a few hundred tokens a batch runs slower per message than smaller ones (the
 # long tail of lengths pads every row to the longest); docs/speed.md has the measurements
@@ -49,3 +52,28 @@ def check_texts(texts: Sequence[str]) -> None:
     for i, t in enumerate(texts):
         if not isinstance(t, str):
             raise TypeError(f"message {i} is {type(t).__name__}, expected str")
+
+
+def graph_inputs(encs: list, idx: list[int], lengths: list[int]) -> dict[str, np.ndarray]:
+    """The graph's inputs for the messages ``idx`` (sorted by length), padded to the longest. The tokenizer
+    pads nothing, so a message's attention mask is ones over its own tokens."""
+    if len(idx) == 1:  # no padding: the arrays straight from the encoding
+        ids = np.asarray([encs[idx[0]].ids], dtype=np.int64)
+        return {"input_ids": ids, "attention_mask": np.ones(ids.shape, dtype=np.int64)}
+    width = lengths[idx[-1]]
+    ids = np.zeros((len(idx), width), dtype=np.int64)
+    mask = np.zeros((len(idx), width), dtype=np.int64)
+    for row, i in enumerate(idx):
+        ids[row, : lengths[i]] = encs[i].ids
+        mask[row, : lengths[i]] = 1
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def check_route_arguments(texts: Sequence[str], role: str, context: str | None) -> None:
+    """route_batch's arguments: a sequence of texts (not one str), a role and, if any, a previous message."""
+    if context is not None and not isinstance(context, str):
+        raise TypeError(f"context must be the previous message as a str, got {type(context).__name__}")
+    if isinstance(texts, str):
+        raise TypeError("route_batch takes a sequence of strings; use route(text, role) for one message")
+    if not isinstance(role, str):
+        raise TypeError(f"role must be a str, got {type(role).__name__}")

@@ -13,7 +13,7 @@ import onnxruntime as ort
 from tokenizers import Tokenizer
 
 from router import env as envvars
-from router.batches import DEFAULT_MAX_TOKENS, check_texts, length_batches
+from router.batches import DEFAULT_MAX_TOKENS, check_texts, graph_inputs, length_batches
 from router.classification import Classification
 from router.compound import (
     clause_probabilities,
@@ -73,6 +73,15 @@ class Classifier:
         self.max_batch = max(1, int(max_batch))
         self.max_tokens = max(1, int(max_tokens))
         self.manifest = manifest or load_manifest(self.model_dir)
+        graph_path, tok_path = self._checked_files(variant, require_parity)
+        self.labels: list[str] = list(self.manifest.labels)
+        self.max_length = self.manifest.max_seq_length
+        self._load_tokenizer(tok_path, fast_tokenizer)
+        self._open_session(graph_path, intra_op_threads)
+        self._read_outputs(graph_path)
+
+    def _checked_files(self, variant: str | None, require_parity: bool) -> tuple[Path, Path]:
+        """The variant's graph and the tokenizer, their sha256 checked; the variant must have passed parity."""
         export = self.manifest.export
         if export is None:
             raise ModelError(
@@ -88,17 +97,17 @@ class Classifier:
             raise ModelError(
                 f"{self.model_dir}: the {self.variant} graph failed its parity check at export; re-export it"
             )
-        graph_path = verify_file(self.model_dir, spec.file)
-        tok_path = verify_file(self.model_dir, export.tokenizer)
+        return verify_file(self.model_dir, spec.file), verify_file(self.model_dir, export.tokenizer)
 
-        self.labels: list[str] = list(self.manifest.labels)
-        self.max_length = self.manifest.max_seq_length
+    def _load_tokenizer(self, tok_path: Path, fast_tokenizer: bool) -> None:
         self.tokenizer = Tokenizer.from_file(str(tok_path))
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(max_length=self.max_length)
         # ASCII text skips the tokenizer's Encoding (router.wordpiece); None for other tokenizers, or when off
         self.wordpiece = AsciiWordPiece.for_tokenizer(self.tokenizer) if fast_tokenizer else None
 
+    def _open_session(self, graph_path: Path, intra_op_threads: int | None) -> None:
+        """The InferenceSession, and the graph's own metadata checked against the manifest."""
         opts = ort.SessionOptions()
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         threads = (
@@ -117,11 +126,16 @@ class Classifier:
             )
         check_graph_metadata(meta, self.manifest, str(graph_path))
         self.graph_metadata = meta
+
+    def _read_outputs(self, graph_path: Path) -> None:
+        """Which outputs each call fetches: probabilities, in-scope distance, compound scores, the clause
+        reader's token states, the sentence embedding; and the heads that read them."""
         outputs = self.session.get_outputs()
         if outputs[0].shape[-1] not in (len(self.labels), None) and isinstance(outputs[0].shape[-1], int):
             raise ModelError(
                 f"graph has {outputs[0].shape[-1]} outputs but the manifest lists {len(self.labels)} labels"
             )
+        export = self.manifest.export
         self._output = export.output
         scope = self.manifest.in_scope
         self.distance_threshold: float | None = scope.threshold if scope is not None else None
@@ -205,7 +219,8 @@ class Classifier:
             at = slice(0, 1) if single else idx  # a slice sets one row in a third of a list index's time
             fetch = self._outputs_states if in_context else self._outputs
             out = self.session.run(
-                [*fetch, self.embedding_output] if emb is not None else fetch, _inputs(encs, idx, lengths)
+                [*fetch, self.embedding_output] if emb is not None else fetch,
+                graph_inputs(encs, idx, lengths),
             )
             if emb is not None:
                 for row, i in enumerate(idx):
@@ -369,21 +384,6 @@ class Classifier:
                 )
             )
         return out
-
-
-def _inputs(encs: list, idx: list[int], lengths: list[int]) -> dict[str, np.ndarray]:
-    """The graph's inputs for the messages ``idx`` (sorted by length), padded to the longest. The tokenizer
-    pads nothing, so a message's attention mask is ones over its own tokens."""
-    if len(idx) == 1:  # no padding: the arrays straight from the encoding
-        ids = np.asarray([encs[idx[0]].ids], dtype=np.int64)
-        return {"input_ids": ids, "attention_mask": np.ones(ids.shape, dtype=np.int64)}
-    width = lengths[idx[-1]]
-    ids = np.zeros((len(idx), width), dtype=np.int64)
-    mask = np.zeros((len(idx), width), dtype=np.int64)
-    for row, i in enumerate(idx):
-        ids[row, : lengths[i]] = encs[i].ids
-        mask[row, : lengths[i]] = 1
-    return {"input_ids": ids, "attention_mask": mask}
 
 
 _NO_CLAUSES = np.zeros((0, 1), dtype=np.float64)  # the clause vectors of a message without clauses

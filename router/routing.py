@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from router.batches import check_route_arguments
 from router.classification import Classification, RoutingClassifier
 from router.classifier import Classifier
 from router.compound import compound_confidence
@@ -147,7 +148,7 @@ class Router:
         return decisions
 
     def _route_batch(self, texts, role, previous=None, context=None) -> list[Decision]:
-        _check_arguments(texts, role, context)
+        check_route_arguments(texts, role, context)
         turn = Turn(previous, context)
         t0 = time.perf_counter()
         intakes = [admit(t, self.config.max_chars) for t in texts]
@@ -393,12 +394,3 @@ def _intents(intent: str | None, secondary: str | None) -> tuple[str, ...]:
     if intent is None:
         return ()
     return (intent,) if secondary in (None, intent) else (intent, secondary)
-
-
-def _check_arguments(texts: Sequence[str], role: str, context: str | None) -> None:
-    if context is not None and not isinstance(context, str):
-        raise TypeError(f"context must be the previous message as a str, got {type(context).__name__}")
-    if isinstance(texts, str):
-        raise TypeError("route_batch takes a sequence of strings; use route(text, role) for one message")
-    if not isinstance(role, str):
-        raise TypeError(f"role must be a str, got {type(role).__name__}")

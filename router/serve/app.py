@@ -53,8 +53,35 @@ def _error(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
 
 # --------------------------------------------------------------------------------------- app
 def create_app(settings: ServeSettings | None = None) -> FastAPI:
+    """The app for ``settings``: its Router loads in the background (or before serving, with
+    ``load_before_serving``) and reloads on SIGHUP or POST /admin/reload."""
     settings = settings or ServeSettings()
     state = State(settings)
+    app = FastAPI(
+        title="intent-router",
+        version="1",
+        summary="Routes messages to intents and skills, with the caller's role from its API key.",
+        lifespan=_lifespan(settings, state),
+    )
+    app.state.router_state = state
+    generic_openapi = app.openapi  # FastAPI builds it once; the model's intents are named in a copy
+
+    def openapi() -> dict:
+        schema = generic_openapi()
+        router = state.router
+        return schema if router is None else openapi_with_intents(schema, router.intents)
+
+    app.openapi = openapi
+    _add_error_handlers(app)
+    app.add_middleware(MetricsMiddleware, metrics=state.metrics, paths=KNOWN_PATHS)
+    _add_probes(app, state)
+    _add_route(app, state, settings)
+    _add_admin_reload(app, state, settings)
+    return app
+
+
+def _lifespan(settings: ServeSettings, state: State):
+    """Start-up loads the Router and installs the SIGHUP handler; shutdown cancels background work."""
     tasks: set[asyncio.Task] = set()  # background loads and reloads, referenced until they end
 
     def background(coro) -> None:
@@ -62,24 +89,24 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
         tasks.add(task)
         task.add_done_callback(tasks.discard)
 
+    async def load() -> None:
+        if settings.load_delay:
+            await asyncio.sleep(settings.load_delay)
+        t0 = time.perf_counter()
+        try:
+            await asyncio.to_thread(state.load)
+        except Exception as e:
+            state.error = one_line(e)
+            log.error("model failed to load: %s", state.error)
+            return
+        log.info("router ready in %.2f s: %s", time.perf_counter() - t0, state.model_id)
+
+    def on_sighup() -> None:
+        log.info("SIGHUP: reloading the model and config")
+        background(asyncio.to_thread(state.reload_on_signal))
+
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        async def load() -> None:
-            if settings.load_delay:
-                await asyncio.sleep(settings.load_delay)
-            t0 = time.perf_counter()
-            try:
-                await asyncio.to_thread(state.load)
-            except Exception as e:
-                state.error = one_line(e)
-                log.error("model failed to load: %s", state.error)
-                return
-            log.info("router ready in %.2f s: %s", time.perf_counter() - t0, state.model_id)
-
-        def on_sighup() -> None:
-            log.info("SIGHUP: reloading the model and config")
-            background(asyncio.to_thread(state.reload_on_signal))
-
         loop = asyncio.get_running_loop()
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # not the main thread
             loop.add_signal_handler(signal.SIGHUP, on_sighup)
@@ -97,23 +124,12 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
                 task.cancel()
             await asyncio.to_thread(state.close)
 
-    app = FastAPI(
-        title="intent-router",
-        version="1",
-        summary="Routes messages to intents and skills, with the caller's role from its API key.",
-        lifespan=lifespan,
-    )
-    app.state.router_state = state
-    generic_openapi = app.openapi  # FastAPI builds it once; the model's intents are named in a copy
+    return lifespan
 
-    def openapi() -> dict:
-        schema = generic_openapi()
-        router = state.router
-        return schema if router is None else openapi_with_intents(schema, router.intents)
 
-    app.openapi = openapi
+def _add_error_handlers(app: FastAPI) -> None:
+    """Every error in one shape: {"error": {"code", "message", ...}}, 404 and 405 included."""
 
-    # ----------------------------------------------------------------------- error handlers
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, e: ApiError):
         return _error(e.status, e.code, e.message, **e.extra)
@@ -129,10 +145,8 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
             422, "invalid_request", "request does not match the schema", details=_errors(e.errors())
         )
 
-    # --------------------------------------------------------------------------- middleware
-    app.add_middleware(MetricsMiddleware, metrics=state.metrics, paths=KNOWN_PATHS)
 
-    # ----------------------------------------------------------------------------- endpoints
+def _add_probes(app: FastAPI, state: State) -> None:
     @app.get("/healthz", summary="Process is up")
     async def healthz():
         return {"status": "ok", "model_id": state.model_id, "pid": os.getpid()}
@@ -156,13 +170,16 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
         state.metrics.set_breaker(state.breaker_state())
         return Response(state.metrics.render(), media_type=state.metrics.content_type)
 
-    err = {"model": ErrorResponse}
 
+ERR = {"model": ErrorResponse}
+
+
+def _add_route(app: FastAPI, state: State, settings: ServeSettings) -> None:
     @app.post(
         "/v1/route",
         summary="Route one message or a list",
         response_model=RouteResponse,
-        responses={400: err, 401: err, 403: err, 413: err, 422: err, 503: err},
+        responses={400: ERR, 401: ERR, 403: ERR, 413: ERR, 422: ERR, 503: ERR},
         openapi_extra=_body_schema(RouteRequest),
     )
     async def route(request: Request):
@@ -192,11 +209,13 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
         payload = b'{"decisions":[' + b",".join(d.model_dump_json().encode() for d in decisions) + b"]}"
         return Response(payload, media_type="application/json")
 
+
+def _add_admin_reload(app: FastAPI, state: State, settings: ServeSettings) -> None:
     @app.post(
         "/admin/reload",
         summary="Load the model and config again, or others, and swap them in without dropping a request",
         response_model=ReloadResponse,
-        responses={400: err, 401: err, 403: err, 409: err, 413: err, 422: err},
+        responses={400: ERR, 401: ERR, 403: ERR, 409: ERR, 413: ERR, 422: ERR},
         openapi_extra=_body_schema(ReloadRequest, required=False),
     )
     async def admin_reload(request: Request):
@@ -207,8 +226,6 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
             return await asyncio.to_thread(state.reload, req.model, req.config, False)
         except ReloadError as e:
             raise ApiError(e.status, e.code, e.message, model_id=state.model_id) from None
-
-    return app
 
 
 def _body_schema(model: type[BaseModel], required: bool = True) -> dict:

@@ -21,6 +21,7 @@ BUCKETS = (0.00025, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.05
 BREAKER_STATES = ("closed", "open", "half_open", "none")
 NO_MODEL = "none"
 MODEL_SCOPE_KEY = "intent_router.model"  # set on the ASGI scope by the handler that routed the request
+P = "intent_router_"  # every metric's name prefix
 
 
 class Metrics:
@@ -31,78 +32,86 @@ class Metrics:
         in ``PROMETHEUS_MULTIPROC_DIR`` before prometheus_client is imported (the supervisor sees to it)."""
         self.multiprocess_dir = str(multiprocess_dir) if multiprocess_dir is not None else None
         self.model = NO_MODEL  # the model serving now: the label of requests that routed nothing
-        r = self.registry = CollectorRegistry()
-        p = "intent_router_"
+        self.registry = CollectorRegistry()
+        self._counters(self.registry)
+        self._histograms(self.registry)
+        self._gauges(self.registry)
+        self.ready.set(0)
+        self.set_breaker("none")
+
+    def _counters(self, r: CollectorRegistry) -> None:
         self.requests = Counter(
-            p + "requests", "HTTP requests by path, status and model", ["path", "status", "model"], registry=r
+            P + "requests", "HTTP requests by path, status and model", ["path", "status", "model"], registry=r
         )
+        self.decisions = Counter(
+            P + "decisions",
+            "Decisions by source, reason code and model",
+            ["source", "reason_code", "model"],
+            registry=r,
+        )
+        self.messages = Counter(P + "messages", "Messages routed", ["model"], registry=r)
+        self.auth_failures = Counter(
+            P + "auth_failures",
+            "Refused requests: missing_key, bad_key, role_not_held, not_admin",
+            ["reason", "model"],
+            registry=r,
+        )
+        self.reloads = Counter(
+            P + "reloads",
+            "Model reloads by outcome (ok, failed); model: the one serving after the attempt",
+            ["outcome", "model"],
+            registry=r,
+        )
+
+    def _histograms(self, r: CollectorRegistry) -> None:
         self.request_seconds = Histogram(
-            p + "request_seconds",
+            P + "request_seconds",
             "HTTP request duration in the app",
             ["path", "model"],
             buckets=BUCKETS,
             registry=r,
         )
         self.stage_seconds = Histogram(
-            p + "stage_seconds",
+            P + "stage_seconds",
             "Per-message time by stage: tokenize, inference, verifier, route (route() total)",
             ["stage", "model"],
             buckets=BUCKETS,
             registry=r,
         )
-        self.decisions = Counter(
-            p + "decisions",
-            "Decisions by source, reason code and model",
-            ["source", "reason_code", "model"],
-            registry=r,
-        )
-        self.messages = Counter(p + "messages", "Messages routed", ["model"], registry=r)
         self.batch_size = Histogram(
-            p + "batch_messages",
+            P + "batch_messages",
             "Messages per route_batch() call",
             ["model"],
             buckets=(1, 2, 4, 8, 16, 32, 64, 128),
             registry=r,
         )
-        self.auth_failures = Counter(
-            p + "auth_failures",
-            "Refused requests: missing_key, bad_key, role_not_held, not_admin",
-            ["reason", "model"],
-            registry=r,
-        )
-        self.reloads = Counter(
-            p + "reloads",
-            "Model reloads by outcome (ok, failed); model: the one serving after the attempt",
-            ["outcome", "model"],
-            registry=r,
-        )
-        # gauges: the multiprocess mode says how the workers' values combine
+
+    def _gauges(self, r: CollectorRegistry) -> None:
+        """The multiprocess mode of each says how the workers' values combine."""
         self.in_flight = Gauge(
-            p + "requests_in_flight", "Requests being handled", registry=r, multiprocess_mode="livesum"
+            P + "requests_in_flight", "Requests being handled", registry=r, multiprocess_mode="livesum"
         )
         self.ready = Gauge(
-            p + "ready",
+            P + "ready",
             "1 once the model is loaded and verified (in every worker)",
             registry=r,
             multiprocess_mode="livemin",
         )
         self.serving = Gauge(
-            p + "model",
+            P + "model",
             "Worker processes serving each model (1 per process for its current model, else 0)",
             ["model"],
             registry=r,
             multiprocess_mode="livesum",
         )
         self.breaker = Gauge(
-            p + "verifier_breaker_state",
+            P + "verifier_breaker_state",
             "LLM verifier circuit breaker: 1 for the current state ('none': no verifier); several workers: "
             "1 if any worker is in that state",
             ["state"],
             registry=r,
             multiprocess_mode="livemax",
         )
-        self.ready.set(0)
-        self.set_breaker("none")
 
     def set_model(self, model_id: str) -> None:
         """The model now serving in this process (the ``model`` gauge and the default label)."""

@@ -12,7 +12,6 @@ decision trace. The whole verification has a wall-clock deadline that holds what
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import threading
@@ -27,16 +26,15 @@ from router.verifier import transport
 from router.verifier.base import (
     ACCEPTED,
     CIRCUIT_OPEN,
-    EMPTY_RESPONSE,
     HTTP_ERROR,
-    INVALID_JSON,
     TIMEOUT,
     VerifierError,
     VerifierResult,
     VerifierUnavailable,
 )
 from router.verifier.breaker import CircuitBreaker
-from router.verifier.parsing import RAW_LIMIT, Verdict, rejects_response_format, sanitize, validate_output
+from router.verifier.completion import new_attempt, read_completion, request_body, verdict_of
+from router.verifier.parsing import RAW_LIMIT, Verdict, rejects_response_format, sanitize
 from router.verifier.prompt import (
     build_system_prompt,
     build_user_prompt,
@@ -221,6 +219,8 @@ class LLMVerifier:
             self.breaker.record_success()
 
     def _run(self, text, classification, turn, deadline_at, attempts) -> Verdict:
+        """Attempts until a verdict the router can use: a rejected response format is retried in the next
+        dialect, an invalid output once with a stricter prompt (and more tokens when it was cut off)."""
         s = self.settings
         previous, context = turn
         user = build_user_prompt(text, classification, previous, s.max_message_chars, context=context)
@@ -237,108 +237,29 @@ class LLMVerifier:
                 )
             dialect = self.dialect
             content = user + (strict_retry_suffix(strict_error, self.output_schema) if strict_error else "")
-            body: dict[str, Any] = {
-                "messages": [
-                    {"role": "system", "content": self.system_prompt},
-                    {"role": "user", "content": content},
-                ],
-                "temperature": 0,
-                "max_tokens": max_tokens,
-                "stream": False,
-            }
-            if s.model:
-                body["model"] = s.model
-            if dialect == "json_schema":
-                body["response_format"] = {
-                    "type": "json_schema",
-                    "json_schema": {"name": "intent_verdict", "strict": True, "schema": self.output_schema},
-                }
-            elif dialect == "json_object":
-                body["response_format"] = {"type": "json_object", "schema": self.output_schema}
-            request_timeout = min(s.timeout, remaining)
-            att: dict[str, Any] = {
-                "attempt": len(attempts) + 1,
-                "status": None,
-                "dialect": dialect,
-                "strict": strict_error is not None,
-                "max_tokens": max_tokens,
-                "http_status": None,
-                "finish_reason": None,
-                "ms": 0.0,
-                "raw": "",
-            }
+            body = request_body(self.system_prompt, content, s.model, dialect, max_tokens, self.output_schema)
+            att = new_attempt(len(attempts) + 1, dialect, strict_error is not None, max_tokens)
             attempts.append(att)
             t0 = self._clock()
-            # the wall-clock bound of this exchange: the deadline, in time.monotonic() terms
-            ex_deadline = time.monotonic() + (deadline_at - self._clock())
-            with transport.exchange(ex_deadline) as ex:
-                try:
-                    status, raw_body = self._post(body, request_timeout, deadline_at, ex)
-                except (httpx.TimeoutException, _DeadlineReached) as e:
-                    elapsed = self._clock() - t0
-                    phase = PHASES.get(ex.phase, ex.phase)
-                    att["phase"] = ex.phase
-                    if ex.deadline_hit or isinstance(e, _DeadlineReached):
-                        why = f"the verifier deadline of {s.deadline:g} s ran out during {phase}"
-                    else:
-                        why = f"the request timeout of {request_timeout:.2f} s ran out during {phase}"
-                    self._finish(att, t0, TIMEOUT, error=f"{why} ({type(e).__name__})")
-                    raise _Failure(
-                        TIMEOUT, f"verifier timed out after {elapsed:.2f} s: {why}", endpoint_failed=True
-                    ) from None
-                except httpx.HTTPError as e:
-                    att["phase"] = ex.phase
-                    self._finish(att, t0, HTTP_ERROR, error=f"{type(e).__name__}: {e}")
-                    raise _Failure(
-                        HTTP_ERROR,
-                        f"verifier request failed: {type(e).__name__}: {self._safe(e)}",
-                        endpoint_failed=True,
-                    ) from None
+            status, raw_body = self._exchange(body, min(s.timeout, remaining), deadline_at, att, t0)
             att["http_status"] = status
             if status >= 400:
-                if (
-                    dialect != "plain"
-                    and rejects_response_format(status, raw_body)
-                    and dialect_switches < len(DIALECTS) - 1
-                ):
-                    nxt = self._reject_dialect(dialect)
-                    self._finish(
-                        att,
-                        t0,
-                        HTTP_ERROR,
-                        raw=raw_body,
-                        error=f"endpoint rejected response_format {dialect}; retrying as {nxt}",
-                    )
-                    att["dialect_rejected"] = True
+                if self._switch_dialect(att, t0, status, raw_body, dialect_switches):
                     dialect_switches += 1
                     continue
                 self._finish(att, t0, HTTP_ERROR, raw=raw_body, error=f"HTTP {status}")
                 raise _Failure(HTTP_ERROR, f"verifier endpoint answered HTTP {status}", endpoint_failed=True)
             try:
-                data = json.loads(raw_body)
-                choice = data["choices"][0]
-                message = choice.get("message") or {}
-                out = message.get("content")
-                finish = choice.get("finish_reason")
-            except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-                self._finish(att, t0, HTTP_ERROR, raw=raw_body, error="the response is not a chat completion")
+                out, finish = read_completion(raw_body)
+            except ValueError as e:
+                self._finish(att, t0, HTTP_ERROR, raw=raw_body, error=str(e))
                 raise _Failure(
                     HTTP_ERROR,
                     "verifier endpoint answered something other than a chat completion",
                     endpoint_failed=True,
                 ) from None
-            if isinstance(out, list):  # content parts
-                out = "".join(p.get("text", "") for p in out if isinstance(p, dict))
-            out = out if isinstance(out, str) else ("" if out is None else json.dumps(out))
             att["finish_reason"] = finish
-            if not out.strip():
-                verdict = Verdict(EMPTY_RESPONSE, None, None, "empty output")
-            elif finish == "length":
-                verdict = Verdict(
-                    INVALID_JSON, None, None, "output cut off at max_tokens (finish_reason length)"
-                )
-            else:
-                verdict = validate_output(out, self.intents)
+            verdict = verdict_of(out, finish, self.intents)
             err = verdict.error
             self._finish(att, t0, verdict.status, raw=out, error=err)
             if verdict.dropped:
@@ -352,6 +273,50 @@ class LLMVerifier:
             strict_error = err
             if finish == "length":
                 max_tokens = min(max(max_tokens * 2, max_tokens + 32), MAX_RETRY_TOKENS)
+
+    def _exchange(self, body: dict, request_timeout: float, deadline_at: float, att: dict, t0: float):
+        """(HTTP status, body) of one POST; a timeout or transport error fails the call, naming its phase."""
+        s = self.settings
+        # the wall-clock bound of this exchange: the deadline, in time.monotonic() terms
+        ex_deadline = time.monotonic() + (deadline_at - self._clock())
+        with transport.exchange(ex_deadline) as ex:
+            try:
+                return self._post(body, request_timeout, deadline_at, ex)
+            except (httpx.TimeoutException, _DeadlineReached) as e:
+                elapsed = self._clock() - t0
+                phase = PHASES.get(ex.phase, ex.phase)
+                att["phase"] = ex.phase
+                if ex.deadline_hit or isinstance(e, _DeadlineReached):
+                    why = f"the verifier deadline of {s.deadline:g} s ran out during {phase}"
+                else:
+                    why = f"the request timeout of {request_timeout:.2f} s ran out during {phase}"
+                self._finish(att, t0, TIMEOUT, error=f"{why} ({type(e).__name__})")
+                raise _Failure(
+                    TIMEOUT, f"verifier timed out after {elapsed:.2f} s: {why}", endpoint_failed=True
+                ) from None
+            except httpx.HTTPError as e:
+                att["phase"] = ex.phase
+                self._finish(att, t0, HTTP_ERROR, error=f"{type(e).__name__}: {e}")
+                raise _Failure(
+                    HTTP_ERROR,
+                    f"verifier request failed: {type(e).__name__}: {self._safe(e)}",
+                    endpoint_failed=True,
+                ) from None
+
+    def _switch_dialect(self, att: dict, t0: float, status: int, raw_body: str, switches: int) -> bool:
+        """Whether an error answer rejected the response format, so the next dialect is worth a try."""
+        dialect = att["dialect"]
+        if (
+            dialect == "plain"
+            or not rejects_response_format(status, raw_body)
+            or switches >= len(DIALECTS) - 1
+        ):
+            return False
+        nxt = self._reject_dialect(dialect)
+        error = f"endpoint rejected response_format {dialect}; retrying as {nxt}"
+        self._finish(att, t0, HTTP_ERROR, raw=raw_body, error=error)
+        att["dialect_rejected"] = True
+        return True
 
     def _post(
         self, body: dict, timeout: float, deadline_at: float, ex: transport.Exchange
