@@ -25,7 +25,6 @@ rows, the confident slice among them.
 from __future__ import annotations
 
 import hashlib
-import math
 import re
 import unicodedata
 from collections import Counter
@@ -34,6 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from eval.clusters import cluster_count, kmeans
 from router.compound import stacked_scores
 from router.intents import OUT_OF_SCOPE, RESERVED
 
@@ -175,6 +175,7 @@ class Entry:
     verifier: dict | None
     ranking: dict[str, float]
     previous_message: str | None = None
+    previous_intents: list[str] = field(default_factory=list)  # the conversation's, from the turn before
     seen: int = 1
     cluster: int = -1
     llm_label: str | None = None
@@ -188,6 +189,11 @@ class Entry:
         if self.reason_code == "out_of_scope" or not self.ranking:
             return OUT_OF_SCOPE
         return max(self.ranking, key=lambda k: self.ranking[k])
+
+    @property
+    def top_intents(self) -> list[str]:
+        """The classifier's two most probable labels, for the reviewer to choose between."""
+        return sorted(self.ranking, key=lambda k: -self.ranking[k])[:2]
 
     def key(self) -> tuple:
         """Pick order within a cluster: the most urgent reason, then lower confidence, then more reasons."""
@@ -229,23 +235,28 @@ def scan(records: Iterable[Mapping], spec=None) -> Scan:
         if not why and not confidently_accepted(r):
             kept[key] = None
             continue
-        d = r.get("decision") or {}
-        entry = Entry(
-            index=out.unique - 1,
-            text=text,
-            role=r.get("role"),
-            model_id=r.get("model_id"),
-            intent=r.get("intent"),
-            confidence=r.get("confidence"),
-            reason_code=r.get("reason_code"),
-            why=why,
-            verifier=verifier_of(r),
-            ranking=ranking_features(d),
-            previous_message=r.get("previous_message"),
-        )
+        entry = entry_of(r, out.unique - 1, why)
         kept[key] = entry
         (out.candidates if why else out.confident).append(entry)
     return out
+
+
+def entry_of(r: Mapping, index: int, why: list[str]) -> Entry:
+    """The queue's view of one log record, with the turn before it as the caller sent it."""
+    return Entry(
+        index=index,
+        text=r["message"],
+        role=r.get("role"),
+        model_id=r.get("model_id"),
+        intent=r.get("intent"),
+        confidence=r.get("confidence"),
+        reason_code=r.get("reason_code"),
+        why=why,
+        verifier=verifier_of(r),
+        ranking=ranking_features(r.get("decision") or {}),
+        previous_message=r.get("previous_message"),
+        previous_intents=list(r.get("previous_intents") or []),
+    )
 
 
 def ranking_features(decision: Mapping) -> dict[str, float]:
@@ -263,41 +274,6 @@ def ranking_vectors(entries: Sequence[Entry]) -> np.ndarray:
     return np.array([[e.ranking.get(k, 0.0) for k in labels] for e in entries], dtype=np.float64).reshape(
         len(entries), len(labels)
     )
-
-
-def kmeans(x: np.ndarray, k: int, seed: int = 0, iterations: int = 50) -> np.ndarray:
-    """Cluster the rows of ``x`` into at most ``k`` groups (k-means++ start, Lloyd steps, seeded); an
-    emptied cluster restarts at the point farthest from its centre. Returns each row's cluster."""
-    n = len(x)
-    k = max(1, min(k, n))
-    x = np.asarray(x, dtype=np.float64)
-    rng = np.random.default_rng([seed, 1])
-    chosen = [int(rng.integers(n))]
-    d2 = ((x - x[chosen[0]]) ** 2).sum(1)
-    for _ in range(1, k):
-        total = d2.sum()
-        i = int(rng.choice(n, p=d2 / total)) if total > 0 else int(rng.integers(n))
-        chosen.append(i)
-        d2 = np.minimum(d2, ((x - x[i]) ** 2).sum(1))
-    centres = x[chosen].copy()
-    labels = np.full(n, -1)
-    sq = (x**2).sum(1)
-    for _ in range(iterations):
-        dist = sq[:, None] - 2 * x @ centres.T + (centres**2).sum(1)[None, :]
-        new = dist.argmin(1)
-        if (new == labels).all():
-            break
-        labels = new
-        for j in range(k):
-            members = labels == j
-            centres[j] = x[members].mean(0) if members.any() else x[dist.min(1).argmax()]
-    # number the clusters by their first member, so the numbers do not depend on the start
-    order = {c: i for i, c in enumerate(dict.fromkeys(labels.tolist()))}
-    return np.array([order[c] for c in labels.tolist()], dtype=int)
-
-
-def cluster_count(n: int, budget: int) -> int:
-    return max(1, min(budget, n, round(math.sqrt(n))))
 
 
 def round_robin(entries: Sequence[Entry], quota: Mapping[str, int]) -> list[Entry]:

@@ -13,7 +13,21 @@ import numpy as np
 from eval.review import Embedder, Entry, ReviewError, message_id
 
 FORMATS = ("jsonl", "csv")
-FIELDS = ("id", "text", "role", "model_id", "suggested", "confidence", "why", "cluster", "seen")
+FIELDS = (
+    "id",
+    "text",
+    "previous_message",
+    "previous_intents",
+    "top_intents",
+    "role",
+    "model_id",
+    "suggested",
+    "confidence",
+    "why",
+    "cluster",
+    "seen",
+)
+LIST_FIELDS = ("previous_intents", "top_intents", "why")  # joined by WHY_SEPARATOR in CSV
 WHY_SEPARATOR = "|"  # a row's reasons in one CSV cell
 
 
@@ -60,9 +74,8 @@ def pre_label(entries: Sequence[Entry], classifier, verifier) -> dict:
         return counts
     for e, c in zip(ask, classifier.classify_batch([e.text for e in ask]), strict=True):
         counts["asked"] += 1
-        extra = {"context": e.previous_message} if e.previous_message else {}
         try:
-            e.llm_label = verifier.verify(e.text, c, None, **extra).intent
+            e.llm_label = verifier.verify(e.text, c, None, e.previous_message).intent
         except Exception:  # a failed pre-label leaves the row to the reviewer alone
             counts["failed"] += 1
     return counts
@@ -73,6 +86,9 @@ def row_of(e: Entry, with_llm: bool) -> dict:
     row = {
         "id": message_id(e.text),
         "text": e.text,
+        "previous_message": e.previous_message,  # the turn before, when the caller sent its message
+        "previous_intents": list(e.previous_intents),  # and the conversation's intents, from its Decision
+        "top_intents": e.top_intents,
         "role": e.role,
         "model_id": e.model_id,
         "suggested": e.suggested,
@@ -103,7 +119,10 @@ def write_queue(rows: Sequence[dict], path: str | Path, fmt: str = "jsonl") -> P
         w.writeheader()
         for r in rows:
             w.writerow(
-                {k: WHY_SEPARATOR.join(v) if k == "why" else ("" if v is None else v) for k, v in r.items()}
+                {
+                    k: WHY_SEPARATOR.join(v) if k in LIST_FIELDS else ("" if v is None else v)
+                    for k, v in r.items()
+                }
             )
     return path
 
@@ -114,7 +133,9 @@ def read_csv_queue(path: str | Path) -> list[dict]:
     with Path(path).open(encoding="utf-8", newline="") as fh:
         for r in csv.DictReader(fh):
             row: dict = {k: (v if v != "" or k == "label" else None) for k, v in r.items()}
-            row["why"] = r["why"].split(WHY_SEPARATOR) if r["why"] else []
+            for k in LIST_FIELDS:
+                if k in r:
+                    row[k] = r[k].split(WHY_SEPARATOR) if r[k] else []
             row["confidence"] = float(r["confidence"]) if r["confidence"] else None
             row["cluster"], row["seen"] = int(r["cluster"]), int(r["seen"])
             out.append(row)
@@ -139,7 +160,14 @@ def label_studio_tasks(rows: Sequence[dict]) -> list[dict]:
         }
         if r["confidence"] is not None:
             prediction["score"] = r["confidence"]
-        tasks.append({"data": {"text": r["text"], "id": r["id"]}, "predictions": [prediction]})
+        data = {
+            "text": r["text"],
+            "id": r["id"],
+            "previous_message": r.get("previous_message") or "",
+            "previous_intents": ", ".join(r.get("previous_intents") or []),
+            "top_intents": ", ".join(r.get("top_intents") or []),
+        }
+        tasks.append({"data": data, "predictions": [prediction]})
     return tasks
 
 

@@ -58,8 +58,10 @@ def record_of(
     config_sha: str,
     redact: Callable[[str], str] | None = None,
     previous_message: str | None = None,
+    previous: Decision | None = None,
 ) -> dict:
-    """The log record of one routed message."""
+    """The log record of one routed message; in a conversation, what the caller sent of the turn before:
+    its message (``previous_message``) and, from its Decision, the conversation's intents."""
     text = redact(message) if redact is not None else message
     record = {
         "v": RECORD_VERSION,
@@ -78,6 +80,8 @@ def record_of(
     }
     if previous_message is not None:
         record["previous_message"] = redact(previous_message) if redact is not None else previous_message
+    if previous is not None:
+        record["previous_intents"] = list(previous.conversation_intents or previous.intents)
     return record
 
 
@@ -115,9 +119,16 @@ class DecisionLog:
         self._parts += 1
         return self.directory / f"decisions-{stamp}-{os.getpid()}-{self._parts:05d}.{suffix}"
 
-    def write(self, decision: Decision, message: str, config_sha: str, previous_message: str | None = None):
-        """Log one routed message."""
-        record = record_of(decision, message, config_sha, self.redact, previous_message)
+    def write(
+        self,
+        decision: Decision,
+        message: str,
+        config_sha: str,
+        previous_message: str | None = None,
+        previous: Decision | None = None,
+    ):
+        """Log one routed message (record_of)."""
+        record = record_of(decision, message, config_sha, self.redact, previous_message, previous)
         if self.fmt == "parquet":
             with self._lock:
                 self._pending.append(record)

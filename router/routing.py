@@ -144,7 +144,7 @@ class Router:
         if self.decision_log is not None:
             for text, d in zip(texts, decisions, strict=True):
                 message = text if isinstance(text, str) else ""
-                self.decision_log.write(d, message, self.config_sha, previous_message=context)
+                self.decision_log.write(d, message, self.config_sha, context, previous)
         return decisions
 
     def _route_batch(self, texts, role, previous=None, context=None) -> list[Decision]:

@@ -13,17 +13,18 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
+from eval.clusters import kmeans
 from eval.review import (
     Entry,
     compound_checks,
     confidently_accepted,
-    kmeans,
+    entry_of,
     normalise,
     reasons,
     round_robin,
     select,
 )
-from eval.review_io import read_csv_queue
+from eval.review_io import label_studio_tasks, read_csv_queue, row_of
 from router.compound import stacked_scores
 from router.decision_log import DecisionLog, config_hash, read_log
 from router.manifest import load_manifest
@@ -218,6 +219,9 @@ def test_csv_and_label_studio_outputs_match_the_queue(log, tmp_path):
     assert list(raw[0]) == [
         "id",
         "text",
+        "previous_message",
+        "previous_intents",
+        "top_intents",
         "role",
         "model_id",
         "suggested",
@@ -231,7 +235,8 @@ def test_csv_and_label_studio_outputs_match_the_queue(log, tmp_path):
     tasks = json.loads((tmp_path / "ls.json").read_text(encoding="utf-8"))
     assert len(tasks) == len(rows) == 15
     for task, row in zip(tasks, rows, strict=True):
-        assert task["data"] == {"text": row["text"], "id": row["id"]}
+        assert task["data"]["text"] == row["text"] and task["data"]["id"] == row["id"]
+        assert task["data"]["top_intents"] == ", ".join(row["top_intents"]) and len(row["top_intents"]) == 2
         (pred,) = task["predictions"]
         assert pred["model_version"] == row["model_id"] and pred["score"] == row["confidence"]
         assert pred["result"] == [
@@ -355,3 +360,27 @@ def test_a_compound_step_that_states_its_threshold_is_read_as_it_is(spec):
     d = {"trace": [{"stage": "compound", "status": "single", "detail": {"score": 0.62, "threshold": 0.7}}]}
     assert compound_checks(d, spec) == [(0.62, 0.7)]
     assert compound_checks({"trace": []}, spec) == []
+
+
+def test_a_follow_up_keeps_its_previous_turn_from_the_log_to_the_queue(tmp_path):
+    """Sent with the previous turn's Decision (as serve's `previous: {"decision": ...}`) or its message,
+    a follow-up's record holds what the caller sent, and so do its queue row and Label Studio task."""
+    from router import Router
+
+    router = Router.load(SHIPPED)
+    with DecisionLog(tmp_path / "log") as log:
+        router.decision_log = log
+        first = router.route("restart the indexing service in us-east", "admin")
+        router.route("hmm maybe the other one instead", "admin", previous=first)
+        router.route("and what about the second region", "admin", context="restart the indexing service")
+    by_text = {r["message"]: r for r in read_log(tmp_path / "log")}
+    assert by_text["hmm maybe the other one instead"]["previous_intents"] == ["ACTION"]
+    assert "previous_message" not in by_text["hmm maybe the other one instead"]  # the caller sent none
+    assert by_text["and what about the second region"]["previous_message"] == "restart the indexing service"
+    entries = [entry_of(r, i, ["below_threshold"]) for i, r in enumerate(read_log(tmp_path / "log"))]
+    rows = {r["text"]: r for r in (row_of(e, False) for e in entries)}
+    assert rows["hmm maybe the other one instead"]["previous_intents"] == ["ACTION"]
+    assert rows["and what about the second region"]["previous_message"] == "restart the indexing service"
+    tasks = {t["data"]["text"]: t["data"] for t in label_studio_tasks(list(rows.values()))}
+    assert tasks["hmm maybe the other one instead"]["previous_intents"] == "ACTION"
+    assert tasks["and what about the second region"]["previous_message"] == "restart the indexing service"
