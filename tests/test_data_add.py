@@ -129,6 +129,61 @@ def test_conflicting_labels_are_reported_and_not_added(tmp_path, corpus):
     assert report.rows == []
     assert [(s.line, s.reason) for s in report.skipped] == [(1, "conflict"), (2, "conflict"), (3, "conflict")]
     assert "which is ACTION, here SEARCH" in report.skipped[0].detail
+    assert "3 reviewed row(s) give a label" in report.errors[0] and not report.written
+
+
+def test_a_conflict_fails_the_batch_unless_the_training_labels_are_kept(tmp_path, corpus):
+    rows = [
+        {"text": "send the invoice to Maria", "label": "SEARCH"},  # train says ACTION
+        {"text": "where is the onboarding checklist for new hires", "label": "SEARCH"},
+    ]
+    reviewed = _review(tmp_path, rows)
+    refused = _add(reviewed, corpus)
+    assert refused.errors and not refused.written
+    kept = _add(reviewed, corpus, keep_existing=True)
+    assert kept.errors == [] and kept.written and [r["text"] for r in kept.rows] == [rows[1]["text"]]
+    out = CliRunner().invoke(app, ["data", "add", str(reviewed), "--to", str(corpus / "train.jsonl")])
+    assert out.exit_code == 1 and "--keep-existing" in out.output
+
+
+def test_an_unknown_label_suggests_the_label_it_likely_means(tmp_path, corpus):
+    rows = [
+        {"text": "restart the staging db", "label": "action"},
+        {"text": "find the deck", "label": "SERCH"},
+    ]
+    report = _add(_review(tmp_path, rows), corpus)
+    assert "did you mean ACTION?" in report.errors[0] and "did you mean SEARCH?" in report.errors[1]
+
+
+def test_a_label_studio_export_comes_back(tmp_path, corpus):
+    """The tasks review --label-studio writes, labelled and exported, are rows data add takes."""
+
+    def task(text, choice, cancelled=False):
+        result = [
+            {"from_name": "intent", "to_name": "text", "type": "choices", "value": {"choices": [choice]}}
+        ]
+        return {"id": 1, "data": {"text": text, "id": "ab12"}, "annotations": [
+            {"result": [{**result[0], "value": {"choices": ["ACTION"]}}], "was_cancelled": False},
+            {"result": result, "was_cancelled": cancelled},
+        ]}  # fmt: skip
+
+    export = [task("where is the vendor contract for the cafe", "SEARCH"), task("and the other one", "SEARCH", True),
+              {"id": 3, "data": {"text": "nobody labelled me"}, "annotations": []}]  # fmt: skip
+    path = tmp_path / "export.json"
+    path.write_text(json.dumps(export), encoding="utf-8")
+    report = _add(path, corpus)
+    assert [e.split(": ", 1)[1] for e in report.errors] == ["no annotation chose a label"]
+    ok = _add(_write_json(tmp_path / "ok.json", export[:2]), corpus)
+    assert ok.errors == [] and ok.written
+    assert [(r["text"], r["label"], r["review_id"]) for r in ok.rows] == [
+        ("where is the vendor contract for the cafe", "SEARCH", "ab12"),  # the latest annotation's choice
+        ("and the other one", "ACTION", "ab12"),  # the cancelled one does not count
+    ]
+
+
+def _write_json(path: Path, data) -> Path:
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
 
 
 def test_rows_overlapping_an_evaluation_file_are_refused(tmp_path, corpus):

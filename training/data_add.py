@@ -21,8 +21,6 @@ failure leaves it as it was.
 from __future__ import annotations
 
 import contextlib
-import csv
-import io
 import json
 import os
 import tempfile
@@ -32,7 +30,6 @@ from datetime import date
 from pathlib import Path
 
 from eval.data_sources import iter_jsonl
-from router.intents import RESERVED, label_problem
 from training.compound_corpus import compound_files, is_compound_file
 from training.corpus import (
     CorpusError,
@@ -43,15 +40,9 @@ from training.corpus import (
     split_of,
 )
 from training.label_set import MIN_ROWS
+from training.reviewed import KEPT_FIELDS, DataAddError, read_reviewed, row_problem
 
 CONVERSATIONS_DIR = "conversations"
-# reviewed fields that travel with the row into the training file: an out-of-scope row's kind, the domain
-# it was written for, and the id of the boundary pair it belongs to (dropped when its other row is not added)
-KEPT_FIELDS = ("kind", "domain", "pair")
-
-
-class DataAddError(ValueError):
-    """The reviewed file, the target or the data directory cannot be used; the message names the file."""
 
 
 @dataclass
@@ -124,74 +115,6 @@ def duplicate_key(text: str) -> str:
     return normalize_text(text) or "\x00" + text.strip()
 
 
-def read_reviewed(path: Path) -> list[tuple[int, dict | None, str | None]]:
-    """(line, row, None) per row of a JSONL or CSV (by suffix) file, or (line, None, problem). A CSV row's
-    empty cells are left out of its dict; its line is the line the record starts on."""
-    try:
-        raw = Path(path).read_bytes().decode("utf-8-sig")
-    except FileNotFoundError:
-        raise DataAddError(f"{path}: file not found") from None
-    except UnicodeDecodeError as e:
-        raise DataAddError(f"{path}: not UTF-8: {e}") from None
-    except OSError as e:
-        raise DataAddError(f"{path}: {e.strerror or e}") from None
-    if Path(path).suffix.lower() != ".csv":
-        return list(iter_jsonl(raw))
-    reader = csv.reader(io.StringIO(raw, newline=""))
-    try:
-        header = [h.strip() for h in next(reader)]
-    except StopIteration:
-        return []
-    except csv.Error as e:
-        raise DataAddError(f"{path}:1: invalid CSV header: {e}") from None
-    out: list[tuple[int, dict | None, str | None]] = []
-    end = reader.line_num
-    while True:
-        start = end + 1
-        try:
-            cells = next(reader)
-        except StopIteration:
-            break
-        except csv.Error as e:
-            out.append((start, None, f"invalid CSV: {e}"))
-            break
-        end = reader.line_num
-        if not any(c.strip() for c in cells):
-            continue
-        if len(cells) > len(header):
-            out.append((start, None, f"{len(cells)} cells, the header names {len(header)}"))
-            continue
-        out.append((start, {h: c for h, c in zip(header, cells, strict=False) if h and c != ""}, None))
-    return out
-
-
-def _row_problem(obj: dict, labels: set[str], allowed: set[str], labels_from: str) -> str | None:
-    """Why a reviewed row cannot be added, or None."""
-    if "text" not in obj or obj["text"] is None:
-        return "missing 'text'"
-    text = obj["text"]
-    if not isinstance(text, str):
-        return f"'text' must be a string, got {type(text).__name__}"
-    if not text.strip():
-        return "empty text"
-    if "label" not in obj or obj["label"] is None:
-        return "missing 'label'"
-    label = obj["label"]
-    if not isinstance(label, str):
-        return f"'label' must be a string, got {type(label).__name__}"
-    if not label:
-        return "empty label"
-    for name in KEPT_FIELDS:
-        if name in obj and obj[name] is not None and not isinstance(obj[name], str):
-            return f"'{name}' must be a string, got {type(obj[name]).__name__}"
-    if label in labels or label in RESERVED:
-        return None
-    if label in allowed:
-        return label_problem(label)
-    known = ", ".join(sorted(labels)) or "none"
-    return f"unknown label {label!r} (labels of {labels_from}: {known}); allow it with --new-label {label}"
-
-
 def _texts(path: Path) -> list[tuple[int, str]]:
     """(line, text) of every row of an evaluation file; a conversation file gives each turn's text."""
     try:
@@ -247,11 +170,13 @@ def add_reviewed(
     new_labels: tuple[str, ...] | list[str] = (),
     dry_run: bool = False,
     today: date | None = None,
+    keep_existing: bool = False,
 ) -> AddReport:
     """Check the reviewed rows against the schema, the label set, the evaluation files of ``data_dir``
     (leaks) and the training rows (duplicates, conflicting labels), then append the rows that pass to
     ``target`` with their provenance. Nothing is written with ``dry_run``, or when any row has an error
-    (see the report's errors). ``data_dir`` defaults to the folder ``target`` is in when that holds a dev
+    (see the report's errors); a conflicting label is an error unless ``keep_existing``, which keeps the
+    training file's label and leaves the disagreeing reviewed rows out. ``data_dir`` defaults to the folder ``target`` is in when that holds a dev
     or test file, else ./data."""
     reviewed, target = Path(reviewed), Path(target)
     data_dir = Path(data_dir) if data_dir is not None else _corpus_of(target)
@@ -299,7 +224,7 @@ def add_reviewed(
     conflicted: set[str] = set()
     for n, obj, problem in parsed:
         report.read += 1
-        problem = problem or _row_problem(obj, labels, allowed, labels_from)
+        problem = problem or row_problem(obj, labels, allowed, labels_from)
         if problem:
             report.errors.append(f"{reviewed}:{n}: {problem}")
             continue
@@ -334,6 +259,12 @@ def add_reviewed(
             kept[key] = (n, _training_row(obj, source, report.added_date))
     report.rows = _whole_pairs([row for key, (_, row) in kept.items() if key not in conflicted])
     report.skipped.sort(key=lambda s: s.line)
+    conflicts = sum(s.reason == "conflict" for s in report.skipped)
+    if conflicts and not keep_existing:
+        report.errors.append(
+            f"{conflicts} reviewed row(s) give a label that another row disagrees with (skipped (conflict), "
+            "above): correct them, or pass --keep-existing to keep the training file's labels"
+        )
 
     counts = Counter(ex.label for ex in target_rows) + Counter(r["label"] for r in report.rows)
     for label in sorted({r["label"] for r in report.rows} - labels):

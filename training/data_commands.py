@@ -15,7 +15,9 @@ from router.console import Opt, command, console, fail, table
 @command()
 def data_add(
     reviewed: Path = typer.Argument(
-        ..., help="Reviewed rows: JSONL, or CSV with a header, each with 'text' and 'label'."
+        ...,
+        help="Reviewed rows: JSONL or CSV with a header, each with 'text' and 'label', or a Label Studio "
+        "export (.json) of the tasks `review --label-studio` wrote.",
     ),
     to: Path = Opt(..., "--to", help="Training file (JSONL) to add the rows to; created if missing."),
     source: str | None = Opt(
@@ -31,6 +33,12 @@ def data_add(
         None, "--new-label", help="Accept this label though the target's label set lacks it; repeatable."
     ),
     dry_run: bool = Opt(False, "--dry-run", help="Check and report; write nothing."),
+    keep_existing: bool = Opt(
+        False,
+        "--keep-existing",
+        help="On a conflicting label keep the training file's, leave the reviewed row out, and add the rest "
+        "(without it a conflict is an error: nothing written, exit 1).",
+    ),
     as_json: Annotated[bool, Opt("--json", help="Print the summary as JSON.")] = False,
     max_issues: int = Opt(50, help="How many skipped rows and errors to print (all go into --json)."),
 ) -> None:
@@ -40,7 +48,13 @@ def data_add(
     from training.data_add import add_reviewed
 
     report = add_reviewed(
-        reviewed, to, source=source, data_dir=data_dir, new_labels=new_label or (), dry_run=dry_run
+        reviewed,
+        to,
+        source=source,
+        data_dir=data_dir,
+        new_labels=new_label or (),
+        dry_run=dry_run,
+        keep_existing=keep_existing,
     )
     if as_json:
         print(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
