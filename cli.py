@@ -25,6 +25,7 @@ from training import commands as lifecycle
 from training import compare_commands as challenger
 from training import data_commands as corpus
 from training import measure_commands as measure
+from training.data_add import held_out
 
 
 def _read_messages(source: Path) -> list[str]:
@@ -57,7 +58,7 @@ app.command()(runtime.route_command(read_messages=_read_messages))
 app.command()(runtime.schema)
 app.command("eval")(measure.evaluate)
 app.command()(files.gate)
-app.command()(queue.review)
+app.command()(queue.review_command(held_out=held_out))
 app.command()(challenger.compare)
 app.command()(runtime.serve)
 app.command()(runtime.score_command(label_metrics=decisions_metrics))

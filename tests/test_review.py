@@ -96,10 +96,29 @@ def spec():
     return load_manifest(SHIPPED).compound
 
 
-def review(log, out, *args):
-    res = runner.invoke(app, ["review", str(log), "--out", str(out), "--model", str(SHIPPED), *args])
+def review(log, out, *args, corpus=None):
+    """The command on ``log``; the log's dev messages stay in the queue unless ``corpus`` names the corpus
+    whose evaluation files they are (an empty folder has none)."""
+    corpus = corpus or out.parent / "no-corpus"
+    corpus.mkdir(exist_ok=True)
+    argv = ["review", str(log), "--out", str(out), "--model", str(SHIPPED), "--data-dir", str(corpus), *args]
+    res = runner.invoke(app, argv)
     assert res.exit_code == 0, res.output
     return res
+
+
+def test_messages_of_the_evaluation_files_are_left_out(log, tmp_path):
+    """`data add` would refuse them as leaks: nobody should spend time labelling them."""
+    corpus = tmp_path / "data"
+    corpus.mkdir()
+    (corpus / "dev.jsonl").write_text(
+        "".join(json.dumps({"text": t, "label": "SEARCH"}) + "\n" for t in DEV[:50])
+    )
+    res = review(log, tmp_path / "q.jsonl", "--budget", "1000", corpus=corpus)
+    texts = {r["text"] for r in read_rows(tmp_path / "q.jsonl")}
+    assert not texts & set(DEV[:50])
+    assert any(t in texts for t in DEV[50:100])  # the rest of the log is still reviewed
+    assert "records left out: their message is in an evaluation file of" in res.output
 
 
 def read_rows(path):

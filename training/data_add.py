@@ -25,6 +25,7 @@ import json
 import os
 import tempfile
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import date
 from pathlib import Path
@@ -138,6 +139,22 @@ def evaluation_files(data_dir: Path) -> list[Path]:
     return [*top, *compound_files(data_dir), *talk]
 
 
+def leak_index(eval_files: list[Path]) -> dict[str, tuple[str, int, str]]:
+    """(file, line, text) of the first evaluation row with each duplicate key."""
+    index: dict[str, tuple[str, int, str]] = {}
+    for path in eval_files:
+        for n, text in _texts(path):
+            index.setdefault(duplicate_key(text), (str(path), n, text))
+    return index
+
+
+def held_out(data_dir: str | Path) -> Callable[[str], bool]:
+    """Whether a message is, or nearly is, a row of ``data_dir``'s evaluation files: a row ``data add``
+    would refuse as a leak, so ``review`` leaves it out of the queue."""
+    keys = leak_index(evaluation_files(Path(data_dir)))
+    return lambda text: duplicate_key(text) in keys
+
+
 def _training_files(target: Path, data_dir: Path) -> list[Path]:
     """The target and the data directory's train split files, each once."""
     files = [target, *sorted(p for p in data_dir.glob("*.jsonl") if split_of(p) == "train")]
@@ -209,10 +226,7 @@ def add_reviewed(
         labels = {ex.label for ex in _load(data_dir / "train.jsonl") if ex.label}
     allowed = set(new_labels)
 
-    leak_index: dict[str, tuple[str, int, str]] = {}
-    for path in eval_files:
-        for n, text in _texts(path):
-            leak_index.setdefault(duplicate_key(text), (str(path), n, text))
+    leaked = leak_index(eval_files)
     train_files = _training_files(target, data_dir)
     train_index: dict[str, tuple[str, int, str, str | None]] = {}
     for path in train_files:
@@ -230,8 +244,8 @@ def add_reviewed(
             continue
         text, label = obj["text"], obj["label"]
         key = duplicate_key(text)
-        if key in leak_index:
-            src, line, other = leak_index[key]
+        if key in leaked:
+            src, line, other = leaked[key]
             report.skipped.append(Skip(n, "leak", f"{_kind(text, other)} of {src}:{line}", text))
         elif key in train_index:
             src, line, other, other_label = train_index[key]
