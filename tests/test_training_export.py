@@ -226,7 +226,13 @@ def test_build_trains_exports_and_evaluates_into_one_model_directory(tmp_path):
         report=lines.append,
         show_progress=False,
     )
-    assert [l for l in lines if l.startswith("==")] == ["== train + calibrate", "== export", "== evaluate"]
+    stages = [l for l in lines if l.startswith("==")]
+    assert stages == [
+        "== check the corpus and the router config",
+        "== train + calibrate",
+        "== export",
+        "== evaluate",
+    ]
     assert manifest.training["seconds"]["build_total"] > 0 and manifest.in_scope is not None
     assert all(v.parity.passed for v in manifest.export.variants.values())
     assert (reports / "eval.json").is_file() and (reports / "report.md").is_file()
