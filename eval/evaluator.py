@@ -108,7 +108,8 @@ def evaluate(
     else:
         (probs, dist), intents = predict_in_batches(predictor, data.texts), None
     limit = getattr(predictor, "distance_threshold", None)
-    decided = decided_outcomes(decide(router, data.texts), probs.argmax(axis=1))
+    decisions = decide(router, data.texts)
+    decided = decided_outcomes(decisions, probs.argmax(axis=1))
     oos_section, oos_probs, low, oos_decided = None, None, None, None
     if oos is not None:
         oos_probs, _ = predict_in_batches(predictor, oos.texts)
@@ -138,7 +139,7 @@ def evaluate(
         },
         "compound": None
         if compound is None
-        else _compound_section(predictor, router, compound, tau, data, pred, cfg),
+        else _compound_section(predictor, router, compound, tau, data, (decisions, pred), cfg),
         "latency": measure_latency(predictor, data.texts, max_latency_samples)
         if max_latency_samples > 0
         else None,
@@ -160,7 +161,7 @@ def predict_scored(
 
 
 def _compound_section(
-    predictor, router: Router, ds: LabeledData, tau: float, data: LabeledData, pred: list, cfg: RouterConfig
+    predictor, router: Router, ds: LabeledData, tau: float, data: LabeledData, main: tuple, cfg: RouterConfig
 ) -> dict:
     """The compound file's rows scored apart; ``data_single``: the main data's single rows called
     compound, and the skills the router loads per message of the main data (``cfg``'s)."""
@@ -173,7 +174,8 @@ def _compound_section(
         config=cfg,
         **head_arguments(predictor, intents),
     )
-    routed = routed_rows(decide(router, data.texts), pred)
+    decisions, pred = main  # the main data's, routed once by evaluate
+    routed = routed_rows(decisions, pred)
     data_single = {
         **single_summary(pred, data.label_sets),
         "skills": skills_summary(routed, data.label_sets, cfg),
