@@ -1,87 +1,63 @@
-"""intent-router command line: one Typer app assembled from the commands beside the code they front.
+"""intent-router command line: the one Typer app (router.console.app), with the commands each folder
+registers on it beside the code they front (docs/layout.md lists them).
 
-router/commands.py (route, score, serve, config check, schema: runtime only), eval/commands.py (gate,
-bench serve, bench score), training/commands.py (init, data check, train, export, build),
-training/data_commands.py (data add) and training/measure_commands.py (eval, bench speed, dataset,
-examples, project). Router imports nothing from eval, so this module hands route eval's data loader
-for --file and score eval's label metrics for --with-labels.
+Importing a folder's commands.py registers its commands; this module imports them all and hands two
+runtime commands and `review` what they borrow from a layer above them: router uses nothing of eval's
+and eval nothing of training's, so ``route --file`` gets eval's data loader, ``score --with-labels``
+eval's metrics of a decisions file, and ``review`` training's test of what the corpus holds out.
 Each command parses its options, calls one library function and prints. Every error is one line and
 a non-zero exit; ``--debug`` shows the traceback, ``--verbose`` lets third-party libraries log at INFO.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
 
-import typer
+from router.console import app
 
-from eval import commands as files
-from eval import review_commands as queue
-from eval.score_labels import decisions_metrics
-from router import commands as runtime
-from router.console import Opt, set_verbosity
-from training import commands as lifecycle
-from training import compare_commands as challenger
-from training import data_commands as corpus
-from training import measure_commands as measure
-from training.data_add import held_out
+COMMAND_MODULES = (
+    "training.project.commands",  # init
+    "training.corpus.commands",  # data check, data add
+    "training.fit.commands",  # train, build, fit-turns
+    "training.export.commands",  # export, recover-body
+    "training.measure.commands",  # eval, bench speed
+    "eval.reports.commands",  # gate
+    "eval.compare.commands",  # compare
+    "eval.review.commands",  # review
+    "router.commands",  # route, serve, score, schema, config check
+    "eval.bench.commands",  # bench serve, bench score, bench languages
+    "training.benchmarks.commands",  # bench dataset, scope, examples, project, encoders
+)
+"""Each registers its commands on the app when imported; `intent-router --help` lists them in this order."""
+commands = {name: importlib.import_module(name) for name in COMMAND_MODULES}
 
 
 def _read_messages(source: Path) -> list[str]:
     """route --file: eval's data loader, imported only when a file is given."""
-    from eval.data import load_messages
+    from eval.readers.loader import load_messages
 
     return load_messages(source)
 
 
-app = typer.Typer(
-    help="Train, export, evaluate and run an intent router: the shipped five-intent model, or your own.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-data_app = typer.Typer(help="Corpus tools.", no_args_is_help=True)
-bench_app = typer.Typer(help="Benchmarks: speed, public intent datasets.", no_args_is_help=True)
-config_app = typer.Typer(help="Router config tools.", no_args_is_help=True)
-app.add_typer(data_app, name="data")
-app.add_typer(bench_app, name="bench")
-app.add_typer(config_app, name="config")
+def _decisions_metrics(decisions: Path, labels) -> dict:
+    """score --with-labels: eval's metrics of the decisions file."""
+    from eval.metrics.scored_logs import decisions_metrics
 
-app.command()(lifecycle.init)
-app.command()(lifecycle.train)
-app.command()(lifecycle.export)
-app.command()(lifecycle.build)
-app.command("fit-turns")(lifecycle.fit_turns)
-app.command("recover-body")(lifecycle.recover_body)
-app.command()(runtime.route_command(read_messages=_read_messages))
-app.command()(runtime.schema)
-app.command("eval")(measure.evaluate)
-app.command()(files.gate)
-app.command()(queue.review_command(held_out=held_out))
-app.command()(challenger.compare)
-app.command()(runtime.serve)
-app.command()(runtime.score_command(label_metrics=decisions_metrics))
-data_app.command("check")(lifecycle.data_check)
-data_app.command("add")(corpus.data_add)
-config_app.command("check")(runtime.config_check)
-bench_app.command("speed")(measure.bench_speed)
-bench_app.command("dataset")(measure.bench_dataset)
-bench_app.command("examples")(measure.bench_examples)
-bench_app.command("project")(measure.bench_project)
-bench_app.command("scope")(measure.bench_scope)
-bench_app.command("languages")(measure.bench_languages)
-bench_app.command("encoders")(measure.bench_encoders)
-bench_app.command("serve")(files.bench_serve)
-bench_app.command("score")(files.bench_score)
+    return decisions_metrics(decisions, labels)
 
 
-@app.callback()
-def _options(
-    verbose: bool = Opt(False, "--verbose", "-v", help="Show third-party INFO logs."),
-    debug: bool = Opt(False, "--debug", help="Show the traceback of an error."),
-) -> None:
-    set_verbosity(verbose, debug)
+def _held_out(data_dir: Path):
+    """review: which messages the corpus's evaluation files hold, as `data add` reads them."""
+    from training.corpus.merge import held_out
+
+    return held_out(data_dir)
+
+
+commands["router.commands"].extensions.read_messages = _read_messages
+commands["router.commands"].extensions.label_metrics = _decisions_metrics
+commands["eval.review.commands"].extensions.held_out = _held_out
 
 
 def main() -> None:

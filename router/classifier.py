@@ -324,7 +324,7 @@ class Classifier:
         return clause_probabilities(run.clauses, probs, self.labels)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """The sentence embeddings of ``texts``: the graph's embedding output (training.embeddings), raw."""
+        """The sentence embeddings of ``texts``: the graph's embedding output (training.export.example_embeddings), raw."""
         return self.embed_and_predict(texts)[0]
 
     def embed_and_predict(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:

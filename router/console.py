@@ -1,7 +1,9 @@
 """What every intent-router command shares: the consoles, one-line errors, tables and common options.
 
-Commands live beside the code they front (router/commands.py, eval/commands.py,
-training/commands.py); cli.py assembles them into one Typer app.
+The one Typer app lives here, with its groups (``data``, ``bench``, ``config``). Each folder's
+commands.py registers the commands that front its code on it (``@app.command()``,
+``@bench_app.command("speed")``), the way spaCy's command modules register on its shared app; cli.py
+imports those modules and runs the app (docs/layout.md).
 """
 
 from __future__ import annotations
@@ -27,6 +29,19 @@ THIRD_PARTY_LOGGERS = (
 )
 state = {"debug": False, "verbose": False}
 OUR_PACKAGES = ("router", "eval", "training")
+
+app = typer.Typer(
+    help="Train, export, evaluate and run an intent router: the shipped five-intent model, or your own.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+data_app = typer.Typer(help="Corpus tools.", no_args_is_help=True)
+bench_app = typer.Typer(help="Benchmarks: speed, public intent datasets.", no_args_is_help=True)
+config_app = typer.Typer(help="Router config tools.", no_args_is_help=True)
+app.add_typer(data_app, name="data")
+app.add_typer(bench_app, name="bench")
+app.add_typer(config_app, name="config")
 
 # Options shared by several commands, declared once.
 
@@ -79,6 +94,14 @@ def set_verbosity(verbose: bool, debug: bool) -> None:
     level = logging.INFO if verbose else logging.WARNING
     for name in THIRD_PARTY_LOGGERS:
         logging.getLogger(name).setLevel(level)
+
+
+@app.callback()
+def _options(
+    verbose: bool = Opt(False, "--verbose", "-v", help="Show third-party INFO logs."),
+    debug: bool = Opt(False, "--debug", help="Show the traceback of an error."),
+) -> None:
+    set_verbosity(verbose, debug)
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:

@@ -2,16 +2,16 @@
 
 A router-config intent that the model does not predict, given a ``description`` and at least
 MIN_EXAMPLES ``examples`` (utterances as users type them), is served by similarity: a message's sentence
-embedding (a lower layer's pooled states, an output of the same graph run: training.embeddings) against
+embedding (a lower layer's pooled states, an output of the same graph run: training.export.example_embeddings) against
 each example's, centred on the reference sample's mean, the nearest example counting. Its threshold is fitted when the Router is built, against the model's own
-data: the reference sample its export keeps (training.embeddings), REFERENCE_QUANTILE of whose messages
+data: the reference sample its export keeps (training.export.example_embeddings), REFERENCE_QUANTILE of whose messages
 stay below it. A config ``thresholds`` entry for the intent overrides it. ``coverage`` is the share of
 the intent's examples that reach the threshold when each is left out of the others: how much of what the
 examples describe it will catch.
 
 A message whose nearest example of such an intent reaches its threshold takes that intent (source
 ``examples``); the classifier's own decision does not count. The next ``build`` with the config's
-``router_config`` trains it as a class, from the same examples (training.train).
+``router_config`` trains it as a class, from the same examples (training.fit.train).
 """
 
 from __future__ import annotations

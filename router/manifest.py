@@ -175,7 +175,7 @@ class Variant(BaseModel):
     file: FileEntry
     quantization: str | None = None
     parity: Parity | None = None
-    recipe: str | None = None  # the int8 recipe kept (training.quantize.RECIPES)
+    recipe: str | None = None  # the int8 recipe kept (training.export.recipes.RECIPES)
     rejected: list[str] = Field(default_factory=list)  # recipes tried first that failed parity, and why
     # encoder nodes a -keepK recipe left out of int8 -> their sensitivity (max |dp| when quantized alone)
     kept_nodes: dict[str, float] = Field(default_factory=dict)
@@ -217,7 +217,7 @@ class ClauseReader(BaseModel):
     ``output`` holds the token states of encoder ``layers`` (0 = the embeddings), concatenated; each
     clause's tokens are mean-pooled, L2-normalised and put through the softmax head in ``file``
     (``coef`` (labels, width), ``intercept`` (labels,)), trained to give the probabilities the model
-    gives the clause read alone (router.compound.clause_vectors, training.compound_head)."""
+    gives the clause read alone (router.compound.clause_vectors, training.fit.compound_head)."""
 
     method: str = "in-context"
     output: str = "clause_states"
@@ -259,7 +259,7 @@ class Compound(BaseModel):
 class TurnReaderSpec(BaseModel):
     """The turn reader (router.turn_reader): a softmax head over a message's sentence embedding and log
     probabilities that tells, after a turn, a continuation from small talk and from a request of its own.
-    It reads the outputs of graph ``variant``, on which it was fitted (training.turn_reader)."""
+    It reads the outputs of graph ``variant``, on which it was fitted (training.fit.turn_reading)."""
 
     method: str = "softmax over embedding + log probabilities"
     kinds: list[str] = Field(min_length=2)

@@ -5,7 +5,7 @@ conversation ("yes, do it", "only the EU ones", "the second one"), which takes t
 *social* (thanks, a reaction, a farewell), which stays out of scope; or a request of its *own*, read by
 its own classification. The model's softmax head learns continuations and small talk from single rows; the
 turn reader is a second softmax head, fitted on follow-ups written after a request
-(data/conversations/train.jsonl, by training.turn_reader) and on the training rows, over what the
+(data/conversations/train.jsonl, by training.fit.turn_reading) and on the training rows, over what the
 message's own graph run already gives: its sentence embedding and the log of its calibrated probabilities.
 It runs only for a message read after a turn, as one small matrix product on that run's outputs: a message
 with no previous turn costs nothing more. The manifest's ``conversation`` section names its file.

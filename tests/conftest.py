@@ -20,7 +20,7 @@ SHIPPED_INTENTS = ("SEARCH", "REASONING", "PLANNING", "MEMORY", "ACTION")  # the
 
 
 def tiny_config(**overrides):
-    from training.config import TrainConfig
+    from training.train_config import TrainConfig
 
     base = dict(
         name="tiny",
@@ -41,7 +41,7 @@ def tiny_config(**overrides):
 @pytest.fixture(scope="session")
 def tiny_trained(tmp_path_factory):
     """A real SetFit model trained for a handful of steps on the fixture corpus (about 20 s on 2 cores)."""
-    from training.train import train
+    from training.fit.train import train
 
     out = tmp_path_factory.mktemp("tiny-model")
     manifest = train(tiny_config(), out, report=lambda _: None, show_progress=False)
@@ -51,7 +51,7 @@ def tiny_trained(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_exported(tiny_trained, tmp_path_factory):
     """The tiny model exported to fp32 and int8 ONNX with its parity check."""
-    from training.export import export_model
+    from training.export.exporter import export_model
 
     src, _ = tiny_trained
     out = tmp_path_factory.mktemp("tiny-export") / "model"

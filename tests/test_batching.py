@@ -3,7 +3,7 @@
 import numpy as np
 from datasets import Dataset
 
-from training.batching import LengthBucketBatchSampler
+from training.fit.batching import LengthBucketBatchSampler
 
 
 def _pairs(n=1000, seed=0):

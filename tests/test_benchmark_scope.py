@@ -6,7 +6,7 @@ import json
 import pytest
 
 from tests.conftest import SHIPPED
-from training.benchmark_scope import (
+from training.benchmarks.clinc_scope import (
     INFORMATION_INTENTS,
     LIVE_DATA_INTENTS,
     SIDE_EFFECT_INTENTS,

@@ -5,10 +5,10 @@ import json
 import numpy as np
 import pytest
 
-from eval.thresholds import choose_threshold
-from eval.thresholds import in_scope_at_threshold as at_tau
+from eval.metrics.thresholds import choose_threshold
+from eval.metrics.thresholds import in_scope_at_threshold as at_tau
 from tests.conftest import FIXTURES
-from training.benchmark_data import (
+from training.benchmarks.public_data import (
     BenchmarkDataError,
     Split,
     k_shot,
@@ -129,7 +129,7 @@ def test_pooled_threshold_weighs_by_counts():
 @pytest.mark.slow
 def test_run_benchmark_tiny_clinc(tmp_path):
     """Two seeds of 2-shot training for 4 contrastive steps on the fixture (about 20 s on 2 cores)."""
-    from training.benchmarks import format_summary, run_benchmark
+    from training.benchmarks.runner import format_summary, run_benchmark
 
     out = tmp_path / "res.json"
     res = run_benchmark(
@@ -161,7 +161,7 @@ def test_run_benchmark_tiny_clinc(tmp_path):
 @pytest.mark.slow
 def test_run_benchmark_clinc_oos_class(tmp_path):
     """CLINC150 with oos_train as an extra class, plus the in-scope distance, on the fixture."""
-    from training.benchmarks import format_summary, run_benchmark
+    from training.benchmarks.runner import format_summary, run_benchmark
 
     res = run_benchmark(
         "clinc150", CLINC, shots=2, seeds=1, max_steps=4, batch_size=8, report=lambda _: None, oos_class=True

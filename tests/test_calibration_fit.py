@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from training.calibrate import TEMPERATURE_PRIOR, fit_temperature, fit_temperature_or_prior
+from training.fit.calibrate import TEMPERATURE_PRIOR, fit_temperature, fit_temperature_or_prior
 
 
 def test_rows_the_head_ranks_all_right_keep_the_prior_instead_of_the_lower_bound():

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
-from eval.compare import (
+from eval.compare.figures import (
     CompareError,
     Routed,
     Rule,
@@ -25,7 +25,7 @@ from eval.compare import (
     percentile,
     verdict,
 )
-from eval.compare_report import load_rows, shared_labels
+from eval.compare.report import load_rows, shared_labels
 from tests.conftest import FAST, ROOT, SHIPPED
 
 LABELS = {"compared": ["SEARCH", "ACTION", "OUT_OF_SCOPE"], "only_incumbent": [], "only_candidate": []}

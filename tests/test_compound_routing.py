@@ -54,7 +54,7 @@ def test_training_fits_the_compound_head_and_records_it(tiny_trained, tiny_expor
 
 def test_graph_scores_and_intents_equal_the_pytorch_side(tiny_trained, tiny_exported):
     from router.classifier import Classifier
-    from training.intent_model import IntentModel
+    from training.fit.intent_model import IntentModel
 
     src, _ = tiny_trained
     model_dir, manifest = tiny_exported

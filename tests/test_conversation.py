@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from eval.conversation import conversation_metrics, load_conversations
-from eval.data_sources import DataError
+from eval.metrics.conversation_turns import conversation_metrics, load_conversations
+from eval.readers.sources import DataError
 from router.classifier import Classification
 from router.conversation import (
     carried_intents,
@@ -214,8 +214,8 @@ def test_conversation_metrics_count_each_kind_of_turn(router, tmp_path):
 
 @pytest.mark.slow
 def test_eval_reports_conversations_and_the_gate_holds_their_floors(tmp_path):
-    from eval.evaluator import run_evaluation
-    from eval.gate import make_baseline, run_gate
+    from eval.metrics.evaluator import run_evaluation
+    from eval.reports.gate import make_baseline, run_gate
 
     data = ROOT / "data"
     report = run_evaluation(
@@ -226,7 +226,7 @@ def test_eval_reports_conversations_and_the_gate_holds_their_floors(tmp_path):
     )
     cv = report["conversation"]
     assert cv["conversations"] > 200 and cv["social"]["n"] > 80 and cv["continuation"]["n"] > 100
-    from eval.markdown import render_markdown
+    from eval.reports.markdown import render_markdown
 
     md = render_markdown(report, plots=False)
     assert "## Conversations" in md and f"(n={cv['continuation']['n']})" in md

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import SHIPPED_INTENTS
-from training.corpus import CorpusError, check_files, load_examples, normalize_text, split_of
+from training.corpus.labelled import CorpusError, check_files, load_examples, normalize_text, split_of
 
 FIX = Path(__file__).parent / "fixtures"
 SHIPPED_LABELS = (*SHIPPED_INTENTS, "OUT_OF_SCOPE", "CONTINUATION")
@@ -119,7 +119,7 @@ def test_missing_file_is_an_error(tmp_path):
 # ------------------------------------------------------------------------------- data/compound/
 def _row(text, *labels, kind=None, pair=None, **extra):
     """A compound row (two labels; pair_kind from them unless given) or a twin (one label)."""
-    from training.compound_corpus import pair_kind_of
+    from training.corpus.compound_rows import pair_kind_of
 
     if len(labels) == 2:
         row = {"text": text, "labels": list(labels), "pair_kind": kind or pair_kind_of(labels)}
@@ -316,8 +316,8 @@ def test_duplicates_within_a_compound_split(tmp_path):
 
 
 def test_checker_and_loader_agree_on_the_shipped_compound_rows():
-    """Every row the checker accepts loads with eval.data.load_labeled to the same intents."""
-    from eval.data import load_labeled
+    """Every row the checker accepts loads with eval.readers.loader.load_labeled to the same intents."""
+    from eval.readers.loader import load_labeled
 
     data = Path(__file__).resolve().parent.parent / "data"
     report = check_rules([data / "compound"])

@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
-from training.corpus import check_files
-from training.data_add import DataAddError, add_reviewed, read_reviewed
+from training.corpus.labelled import check_files
+from training.corpus.merge import DataAddError, add_reviewed, read_reviewed
 
 TODAY = date(2026, 3, 14)
 TRAIN = [

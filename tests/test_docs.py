@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from training.config import TrainConfig
+from training.train_config import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = sorted(

@@ -6,8 +6,8 @@ import json
 import pytest
 
 from tests.test_benchmark_scope import ROWS as CLINC_TEST  # two side-effect intents, two of small talk
-from training.config import DEFAULT_BASE_MODEL
-from training.encoder_probe import run_probe
+from training.benchmarks.encoder_probe import run_probe
+from training.train_config import DEFAULT_BASE_MODEL
 
 TRAIN = {
     "ACTION": [

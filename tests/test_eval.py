@@ -6,10 +6,10 @@ import json
 import numpy as np
 import pytest
 
-from eval.gate import DEFAULT_POLICY, GateError, gate_passed, make_baseline, run_gate
-from eval.latency import percentiles, time_batches_paired
-from eval.metrics import calibration_metrics, classification_metrics, misclassified
-from eval.thresholds import at_threshold, oos_recall, threshold_sweep
+from eval.metrics.classifier_metrics import calibration_metrics, classification_metrics, misclassified
+from eval.metrics.latency import percentiles, time_batches_paired
+from eval.metrics.thresholds import at_threshold, oos_recall, threshold_sweep
+from eval.reports.gate import DEFAULT_POLICY, GateError, gate_passed, make_baseline, run_gate
 from tests.verifier_support import OracleVerifier
 
 LABELS = ["A", "B", "C"]
@@ -106,10 +106,10 @@ def test_percentiles():
 
 
 def test_paired_batches_go_through_each_function_in_turn_and_keep_their_times_apart(monkeypatch):
-    import eval.latency
+    import eval.metrics.latency
 
     clock = [0.0]  # a clock only the slow function moves: the split of times is exact, whatever the load
-    monkeypatch.setattr(eval.latency.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(eval.metrics.latency.time, "perf_counter", lambda: clock[0])
     calls = []
     slow = lambda b: (calls.append(("slow", tuple(b))), clock.__setitem__(0, clock[0] + 0.004))  # noqa: E731
     fast = lambda b: calls.append(("fast", tuple(b)))  # noqa: E731
@@ -123,7 +123,7 @@ def test_paired_batches_go_through_each_function_in_turn_and_keep_their_times_ap
 
 
 def test_verifier_lift_hand_case():
-    from eval.verifier_lift import verifier_lift
+    from eval.metrics.verifier_lift import verifier_lift
 
     labels = ["SEARCH", "ACTION"]
     probs = np.array([[0.9, 0.1], [0.6, 0.4], [0.45, 0.55], [0.3, 0.7]])

@@ -1,4 +1,4 @@
-"""eval.compound on hand-made arrays, the compound gate checks, the report section and the CLI option."""
+"""eval.metrics.two_intent on hand-made arrays, the compound gate checks, the report section and the CLI option."""
 
 import copy
 import json
@@ -6,11 +6,11 @@ import json
 import numpy as np
 import pytest
 
-from eval.compound import compound_metrics, predicted_intents
-from eval.evaluator import run_evaluation
-from eval.gate import DEFAULT_POLICY, gate_passed, gate_rows, make_baseline, run_gate
-from eval.report import load_schema
-from eval.routed import PredictorClassifier, decide, routed_rows
+from eval.metrics.evaluator import run_evaluation
+from eval.metrics.routed import PredictorClassifier, decide, routed_rows
+from eval.metrics.two_intent import compound_metrics, predicted_intents
+from eval.reports.files import load_schema
+from eval.reports.gate import DEFAULT_POLICY, gate_passed, gate_rows, make_baseline, run_gate
 from router.config import RouterConfig
 from router.routing import Router
 from tests.conftest import TINY
@@ -92,7 +92,7 @@ class _Arrays:
 
 
 def _route(probs, intents=None, config=None, **kw):
-    """What the router (eval.routed) does with each row: compound intents ``intents``, or none."""
+    """What the router (eval.metrics.routed) does with each row: compound intents ``intents``, or none."""
     arrays = _Arrays(probs, intents, **kw)
     router = Router(PredictorClassifier(arrays), config or RouterConfig.load(), threshold=TAU)
     return routed_rows(decide(router, arrays.texts), predicted_intents(arrays.probs, LABELS, intents))
@@ -297,7 +297,7 @@ def test_report_has_a_valid_compound_section(compound_file, head):
     assert (
         run_evaluation(None, TINY / "test.jsonl", predictor=stub, max_latency_samples=0)["compound"] is None
     )
-    from eval.markdown import render_markdown, summary_rows
+    from eval.reports.markdown import render_markdown, summary_rows
 
     md = render_markdown(r, plots=False)
     assert "## Compound requests" in md and "both intents found" in md
@@ -314,12 +314,12 @@ def test_cli_eval_compound_with_an_old_model(compound_file, tmp_path, monkeypatc
     """``eval --compound FILE`` with a model without a compound head: every message single."""
     from typer.testing import CliRunner
 
-    import training.backends
+    import training.measure.backends
     from cli import app
 
     path, rows = compound_file
     stub = _Stub(_rows(TINY / "test.jsonl") + rows, head=False)
-    monkeypatch.setattr(training.backends, "load_predictor", lambda *a, **k: stub)
+    monkeypatch.setattr(training.measure.backends, "load_predictor", lambda *a, **k: stub)
     out = tmp_path / "out"
     args = ["eval", "--model", str(tmp_path), "--data", str(TINY / "test.jsonl"), "--compound", str(path)]
     r = CliRunner().invoke(app, [*args, "--out", str(out), "--max-latency-samples", "0"])

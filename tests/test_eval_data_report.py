@@ -5,11 +5,11 @@ import json
 import numpy as np
 import pytest
 
-from eval.data import load_labeled, load_unlabeled
-from eval.data_sources import DataError
-from eval.evaluator import run_evaluation
-from eval.gate import write_baseline
-from eval.report import load_report, load_schema, write_report
+from eval.metrics.evaluator import run_evaluation
+from eval.readers.loader import load_labeled, load_unlabeled
+from eval.readers.sources import DataError
+from eval.reports.files import load_report, load_schema, write_report
+from eval.reports.gate import write_baseline
 from tests.conftest import TINY
 from tests.json_schema_check import mini_validate, validate_json
 from tests.verifier_support import OracleVerifier
@@ -192,7 +192,7 @@ def test_backend_detection(tiny_exported, tmp_path):
     import shutil
 
     from router.manifest import ModelError
-    from training.backends import load_predictor
+    from training.measure.backends import load_predictor
 
     model_dir, _manifest = tiny_exported
     assert load_predictor(model_dir).backend == "onnx"
@@ -209,7 +209,7 @@ def test_backend_detection(tiny_exported, tmp_path):
 
 @pytest.mark.slow
 def test_bare_checkpoint_uses_its_models_temperature(tiny_exported):
-    from training.backends import load_predictor
+    from training.measure.backends import load_predictor
 
     model_dir, manifest = tiny_exported
     p = load_predictor(model_dir / "checkpoint")
@@ -268,7 +268,7 @@ def test_evaluation_with_a_verifier():
 def test_hub_class_labels_become_names(monkeypatch):
     import datasets
 
-    import eval.data as data_mod
+    import eval.readers.loader as data_mod
 
     features = datasets.Features(
         {"text": datasets.Value("string"), "intent": datasets.ClassLabel(names=["SEARCH", "ACTION"])}

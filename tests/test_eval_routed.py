@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from eval.conversation import evaluate_conversations
-from eval.evaluator import run_evaluation
+from eval.metrics.conversation_turns import evaluate_conversations
+from eval.metrics.evaluator import run_evaluation
 from router.config import RouterConfig
 from router.decision import ReasonCode
 from router.routing import Router

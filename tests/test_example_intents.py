@@ -117,8 +117,8 @@ def test_the_verifier_is_told_the_intent_defined_by_examples():
 
 
 def test_the_next_build_trains_it_as_a_class(tmp_path):
-    from eval.data import load_labeled
-    from training.train import _with_example_intents
+    from eval.readers.loader import load_labeled
+    from training.fit.train import _with_example_intents
 
     config = tmp_path / "router.yaml"
     import yaml

@@ -1,4 +1,4 @@
-"""Weights stored in half precision, computed in full (training.half_storage)."""
+"""Weights stored in half precision, computed in full (training.export.half_storage)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def _run(path, x):
 
 
 def test_large_weights_are_stored_as_float16_and_computed_as_their_rounded_values(tmp_path):
-    from training.half_storage import store_half
+    from training.export.half_storage import store_half
 
     rng = np.random.default_rng(0)
     weight = rng.normal(size=(128, 64)).astype(np.float32)  # 8192 elements: halved
@@ -51,7 +51,7 @@ def test_large_weights_are_stored_as_float16_and_computed_as_their_rounded_value
 def test_full_precision_gives_the_weights_back_under_their_names(tmp_path):
     from onnx import numpy_helper
 
-    from training.half_storage import full_precision, store_half
+    from training.export.half_storage import full_precision, store_half
 
     weight = np.linspace(-3, 3, 128 * 64, dtype=np.float32).reshape(128, 64)
     _graph(tmp_path / "full.onnx", weight, np.zeros(64, np.float32))
@@ -66,7 +66,7 @@ def test_full_precision_gives_the_weights_back_under_their_names(tmp_path):
 
 
 def test_a_weight_beyond_float16s_range_is_refused(tmp_path):
-    from training.half_storage import store_half
+    from training.export.half_storage import store_half
 
     weight = np.full((128, 64), 1e5, dtype=np.float32)
     _graph(tmp_path / "full.onnx", weight, np.zeros(64, np.float32))

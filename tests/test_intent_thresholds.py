@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from eval.intent_thresholds import acceptance, fit_intent_thresholds
+from eval.metrics.intent_thresholds import acceptance, fit_intent_thresholds
 from router.config import RouterConfig
 from router.routing import Router
 from tests.conftest import SHIPPED

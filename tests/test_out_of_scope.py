@@ -122,8 +122,8 @@ def test_chit_chat_without_previous_never_reaches_the_verifier(router, verifier_
 
 
 def test_gate_fails_on_an_out_of_scope_regression(tmp_path):
-    from eval.evaluator import run_evaluation
-    from eval.gate import gate_passed, make_baseline, run_gate
+    from eval.metrics.evaluator import run_evaluation
+    from eval.reports.gate import gate_passed, make_baseline, run_gate
 
     rows = [json.loads(l) for l in (ROOT / "data" / "test.jsonl").read_text().splitlines()]
     sample = [r for r in rows if r["label"] == "OUT_OF_SCOPE"][:40] + [
@@ -148,7 +148,7 @@ def test_gate_fails_on_an_out_of_scope_regression(tmp_path):
 
 @pytest.mark.slow
 def test_graph_distance_equals_pytorch_distance(tiny_exported):
-    from training.intent_model import IntentModel
+    from training.fit.intent_model import IntentModel
 
     out, manifest = tiny_exported
     texts = ["hello there", "find the vpn guide", "restart the staging cluster", "lol ok", "why did q3 dip"]

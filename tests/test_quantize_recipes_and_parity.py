@@ -48,14 +48,14 @@ def _activations(seed=1):
 
 
 def test_transformer_nodes_leave_the_head_alone(tmp_path):
-    from training.quantize import transformer_nodes
+    from training.export.recipes import transformer_nodes
 
     model = _graph(tmp_path / "g.onnx")
     assert transformer_nodes(model) == ["/transformer/layer.0/dense/MatMul"]
 
 
 def test_row_scaling_is_exact_in_fp32(tmp_path):
-    from training.quantize import scale_rows, transformer_nodes
+    from training.export.recipes import scale_rows, transformer_nodes
 
     model = _graph(tmp_path / "g.onnx")
     scaled = scale_rows(model, set(transformer_nodes(model)))
@@ -68,7 +68,7 @@ def test_row_scaling_is_exact_in_fp32(tmp_path):
 
 def _exact(path, tmp_path):
     """The graph at ``path`` in exact integer arithmetic (as a VNNI CPU runs it), saved beside it."""
-    from training.quantize import integer_reference
+    from training.export.recipes import integer_reference
 
     out = tmp_path / f"{Path(path).stem}-exact.onnx"
     onnx.save(integer_reference(onnx.load(str(path))), str(out))
@@ -80,7 +80,7 @@ def test_rowscaled_int8_beats_plain_dynamic_int8_on_an_outlier_token(tmp_path):
     (test_portable_rowscaled_int8_computes_the_same_integers_on_every_cpu)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from training.quantize import quantize
+    from training.export.recipes import quantize
 
     _graph(tmp_path / "g.onnx")
     desc = quantize("rowscaled-int8", tmp_path / "g.onnx", tmp_path / "g.onnx", tmp_path / "q.onnx")
@@ -102,7 +102,7 @@ def test_portable_rowscaled_int8_computes_the_same_integers_on_every_cpu(tmp_pat
     against 0.26 for the exact integers."""
     from onnx import numpy_helper
 
-    from training.quantize import PORTABLE_WEIGHT_BITS, quantize
+    from training.export.recipes import PORTABLE_WEIGHT_BITS, quantize
 
     _graph(tmp_path / "g.onnx", layers=2)
     recipe, kept = (
@@ -126,7 +126,7 @@ def test_portable_rowscaled_int8_computes_the_same_integers_on_every_cpu(tmp_pat
 
 
 def test_keep_recipes_come_between_the_fast_and_the_faithful_one():
-    from training.quantize import ALL_RECIPES, DEFAULT_RECIPES, RECIPES, kept_count
+    from training.export.recipes import ALL_RECIPES, DEFAULT_RECIPES, RECIPES, kept_count
 
     faithful = ("fused-nbits8-b32", "fused-nbits8-b32-fp32emb", "nbits8-b32")
     for order in (DEFAULT_RECIPES, ALL_RECIPES):
@@ -137,16 +137,17 @@ def test_keep_recipes_come_between_the_fast_and_the_faithful_one():
 
 
 def test_unknown_recipe_is_refused_before_any_work(tmp_path):
-    from training.export import export_model
+    from training.export.exporter import export_model
+    from training.export.options import ExportOptions
 
     with pytest.raises(Exception, match="unknown int8 recipes"):
-        export_model(tmp_path, parity_texts=["x"], recipes=("int4-magic",))
+        export_model(tmp_path, ExportOptions(export_recipes=("int4-magic",)), parity_texts=["x"])
 
 
 def test_sensitivity_ranks_the_node_reading_an_outlier_channel_first(tmp_path):
     from onnx import numpy_helper
 
-    from training.quantize import rank_sensitivity
+    from training.export.recipes import rank_sensitivity
 
     model = _graph(tmp_path / "g.onnx", layers=2)
     w0 = next(i for i in model.graph.initializer if i.name == "w1_0")
@@ -167,7 +168,7 @@ def test_sensitivity_ranks_the_node_reading_an_outlier_channel_first(tmp_path):
 
 @pytest.mark.parametrize("kept_fp32", [False, True])
 def test_keep_recipe_leaves_the_kept_node_in_matmul_nbits_or_fp32(tmp_path, kept_fp32):
-    from training.quantize import KEPT_FP32, quantize
+    from training.export.recipes import KEPT_FP32, quantize
 
     _graph(tmp_path / "g.onnx", layers=2)
     kept = "/transformer/layer.0/dense/MatMul"
@@ -201,7 +202,7 @@ def test_keep_recipe_leaves_the_kept_node_in_matmul_nbits_or_fp32(tmp_path, kept
 @pytest.mark.parametrize("recipe", ["fused-nbits8-b32", "nbits8-b32"])
 def test_nbits_recipes_quantize_the_encoder_and_only_nbits8_the_head(tmp_path, recipe):
     """fused-nbits8-b32 keeps to the encoder's MatMuls; nbits8-b32 takes every MatMul."""
-    from training.quantize import quantize
+    from training.export.recipes import quantize
 
     _graph(tmp_path / "g.onnx", layers=2)
     quantize(recipe, tmp_path / "g.onnx", tmp_path / "g.onnx", tmp_path / "q.onnx")
@@ -215,7 +216,7 @@ def test_nbits_recipes_quantize_the_encoder_and_only_nbits8_the_head(tmp_path, r
 def test_parity_text_keeps_splits_and_labels_of_labelled_files(tmp_path):
     import json
 
-    from training.parity import load_parity_text
+    from training.export.parity import load_parity_text
 
     (tmp_path / "test.jsonl").write_text(
         "".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in [("a", "SEARCH"), ("b", "MEMORY")])
@@ -228,7 +229,7 @@ def test_parity_text_keeps_splits_and_labels_of_labelled_files(tmp_path):
 
 
 def test_unknown_recipe(tmp_path):
-    from training.quantize import quantize
+    from training.export.recipes import quantize
 
     with pytest.raises(ValueError, match="unknown int8 recipe"):
         quantize("int3", tmp_path / "a", tmp_path / "b", tmp_path / "c")
@@ -236,8 +237,8 @@ def test_unknown_recipe(tmp_path):
 
 @pytest.mark.slow
 def test_tiny_export_keeps_a_recipe_that_passes_parity_single_and_batched(tiny_exported):
-    from training.parity import MAX_PROB_DIFF
-    from training.quantize import DEFAULT_RECIPES
+    from training.export.parity import MAX_PROB_DIFF
+    from training.export.recipes import DEFAULT_RECIPES
 
     _, manifest = tiny_exported
     int8 = manifest.export.variants["int8"]
@@ -255,9 +256,10 @@ def test_tiny_export_with_a_keep_recipe_records_the_kept_nodes_and_per_split_par
 ):
     import shutil
 
-    from training import parity
-    from training.export import export_model
-    from training.quantize import KEPT_FP32
+    from training.export import parity
+    from training.export.exporter import export_model
+    from training.export.options import ExportOptions
+    from training.export.recipes import KEPT_FP32
 
     # The tiny model (a handful of steps) has messages near its distance threshold, so one of its 19
     # parity texts may flip its in-scope flag under int8; this test checks what the manifest records,
@@ -269,14 +271,8 @@ def test_tiny_export_with_a_keep_recipe_records_the_kept_nodes_and_per_split_par
     shutil.copytree(src, out)
     tiny = Path(__file__).parent / "fixtures" / "tiny"
     files = [tiny / "test.jsonl", tiny / "oos.jsonl"]
-    manifest = export_model(
-        out,
-        parity_file=files,
-        variants=("int8",),
-        recipes=("rowscaled-int8-keep2",),
-        report=lambda _: None,
-        kept_fp32=True,
-    )
+    options = ExportOptions(variants=("int8",), export_recipes=("rowscaled-int8-keep2",), int8_kept_fp32=True)
+    manifest = export_model(out, options, parity_file=files, report=lambda _: None)
     int8 = manifest.export.variants["int8"]
     assert int8.recipe == "rowscaled-int8-keep2" and len(int8.kept_nodes) == 2
     assert int8.quantization.endswith(KEPT_FP32)
@@ -289,7 +285,7 @@ def test_tiny_export_with_a_keep_recipe_records_the_kept_nodes_and_per_split_par
 
 def test_margin_shortfalls_name_what_is_close_to_the_gates():
     from router.manifest import Parity
-    from training.parity import margin_shortfalls
+    from training.export.parity import margin_shortfalls
 
     p = Parity(
         n=100,
@@ -316,10 +312,10 @@ def test_margin_shortfalls_name_what_is_close_to_the_gates():
 
 @pytest.mark.slow
 def test_parity_gate_fails_a_graph_that_disagrees(tiny_exported):
-    from eval.data import load_labeled
+    from eval.readers.loader import load_labeled
     from router.classifier import Classifier
     from router.manifest import load_manifest
-    from training.parity import check_parity
+    from training.export.parity import check_parity
 
     model_dir, _ = tiny_exported
     manifest = load_manifest(model_dir)
@@ -346,26 +342,21 @@ def test_when_no_int8_recipe_passes_a_faithful_graph_becomes_the_default(tiny_tr
     error instead."""
     import shutil
 
-    from eval.bench_speed import run_speed_benchmark
+    from eval.bench.speed import run_speed_benchmark
     from router import Router
     from router.classifier import Classifier
     from router.manifest import ModelError
-    from training import parity
-    from training.export import export_model
+    from training.export import parity
+    from training.export.exporter import export_model
+    from training.export.options import ExportOptions
 
     monkeypatch.setitem(parity.PARITY_MIN, "int8", 1.01)  # no int8 graph can agree on more than every text
     src, _ = tiny_trained
     tiny = Path(__file__).parent / "fixtures" / "tiny"
     out = tmp_path / "model"
     shutil.copytree(src, out)
-    manifest = export_model(
-        out,
-        parity_file=tiny / "test.jsonl",
-        keep_fp32=False,
-        recipes=("rowscaled-int8",),
-        report=lambda _: None,
-        portable_int8=True,
-    )
+    options = ExportOptions(keep_fp32=False, export_recipes=("rowscaled-int8",), portable_int8=True)
+    manifest = export_model(out, options, parity_file=tiny / "test.jsonl", report=lambda _: None)
     variants = manifest.export.variants
     assert variants["int8"].quantization.endswith("7-bit weights (portable)")
     assert manifest.export.default_variant == "fp16" and variants["fp16"].parity.passed
@@ -383,9 +374,8 @@ def test_when_no_int8_recipe_passes_a_faithful_graph_becomes_the_default(tiny_tr
     monkeypatch.setitem(parity.PARITY_MIN, "fp16", 1.01)  # and when the fp16 graph misses too: fp32
     exact = tmp_path / "exact"
     shutil.copytree(src, exact)
-    manifest = export_model(
-        exact, parity_file=tiny / "test.jsonl", recipes=("rowscaled-int8",), report=lambda _: None
-    )
+    options = ExportOptions(export_recipes=("rowscaled-int8",))
+    manifest = export_model(exact, options, parity_file=tiny / "test.jsonl", report=lambda _: None)
     assert manifest.export.default_variant == "fp32" and manifest.export.variants["fp32"].parity.passed
     assert not manifest.export.variants["fp16"].parity.passed
     assert (exact / "model.fp16.onnx").stat().st_size < 0.6 * (exact / "model.fp32.onnx").stat().st_size
@@ -394,13 +384,8 @@ def test_when_no_int8_recipe_passes_a_faithful_graph_becomes_the_default(tiny_tr
     again = tmp_path / "again"
     shutil.copytree(src, again)
     with pytest.raises(parity.ParityError, match="int8"):
-        export_model(
-            again,
-            parity_file=tiny / "test.jsonl",
-            recipes=("rowscaled-int8",),
-            report=lambda _: None,
-            require_int8=True,
-        )
+        options = ExportOptions(export_recipes=("rowscaled-int8",), require_int8=True)
+        export_model(again, options, parity_file=tiny / "test.jsonl", report=lambda _: None)
 
 
 def test_the_exports_known_chatter_is_silenced_and_nothing_else(caplog):
@@ -409,7 +394,7 @@ def test_the_exports_known_chatter_is_silenced_and_nothing_else(caplog):
     import logging
     import warnings
 
-    from training.quantize import known_export_noise_silenced
+    from training.export.torch_graph import known_export_noise_silenced
 
     with caplog.at_level(logging.WARNING), warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")

@@ -1,4 +1,4 @@
-"""training.recover: a trainable body read back from an exported graph (a teacher without its checkpoint)."""
+"""training.export.recover: a trainable body read back from an exported graph (a teacher without its checkpoint)."""
 
 import json
 
@@ -42,7 +42,7 @@ def test_a_matmulnbits_weight_comes_back_as_onnxruntime_computes_it(bits, symmet
     import onnxruntime as ort
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-    from training.graph_weights import graph_tensors
+    from training.export.graph_weights import graph_tensors
 
     rng = np.random.default_rng(bits + symmetric)
     weight = rng.normal(0, 0.05, (80, 24)).astype(np.float32)
@@ -86,8 +86,8 @@ def test_the_shipped_models_body_is_recovered_from_its_graph(tmp_path):
     import onnx
     from sentence_transformers import SentenceTransformer
 
-    from training.config import resolve_base_model
-    from training.recover import RECOVERY_NOTE, _check, recover_body
+    from training.export.recover import RECOVERY_NOTE, _check, recover_body
+    from training.train_config import resolve_base_model
 
     shipped = tmp_path / "shipped"
     shipped.mkdir()
@@ -112,7 +112,7 @@ def test_the_shipped_models_body_is_recovered_from_its_graph(tmp_path):
 def test_a_body_that_does_not_compute_what_the_graph_does_is_not_written(tmp_path, monkeypatch):
     """A mapping gone wrong (layer 0's query and key weights swapped, standing in for a graph laid out in a
     way the reader misjudges) fails the embedding check, and nothing is written."""
-    import training.recover as recover
+    import training.export.recover as recover
     from router.manifest import ModelError
 
     real = recover.graph_tensors
@@ -133,7 +133,7 @@ def test_a_graph_with_int8_activations_is_refused():
     """A rowscaled-int8 graph runs its MatMuls on int8 activations (MatMulInteger, QAttention): no
     trainable body can be read from it, and the reader says so."""
     from router.manifest import ModelError
-    from training.graph_weights import graph_tensors
+    from training.export.graph_weights import graph_tensors
 
     model = _matmul_graph(np.eye(4, dtype=np.float32))
     model.graph.node[0].op_type = "MatMulInteger"
@@ -149,8 +149,8 @@ def test_an_exported_model_without_its_checkpoint_teaches_a_student(tiny_exporte
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from training.recover import recover_body
-    from training.train import train
+    from training.export.recover import recover_body
+    from training.fit.train import train
 
     src, _ = tiny_exported
     note = recover_body(model_copy, tmp_path / "body", report=lambda _: None)
@@ -177,9 +177,9 @@ def test_the_shipped_model_comes_back_as_the_checkpoint_its_build_would_have_lef
     (training/configs/default.yaml); a model with one gets it back too (the tiny model's test below)."""
     from router.classifier import Classifier
     from router.manifest import load_manifest
-    from training.intent_model import IntentModel
-    from training.readback import recover_model
-    from training.recover import RECOVERY_NOTE
+    from training.export.readback import recover_model
+    from training.export.recover import RECOVERY_NOTE
+    from training.fit.intent_model import IntentModel
 
     note = recover_model(SHIPPED, tmp_path / "checkpoint", report=lambda _: None)
     assert note["top1_agreement"] == 1.0 and "in_scope_agreement" not in note
@@ -210,8 +210,8 @@ def test_a_model_with_the_in_scope_distance_comes_back_with_it(tiny_exported, tm
     import shutil
 
     from router.classifier import Classifier
-    from training.intent_model import IntentModel
-    from training.readback import recover_model
+    from training.export.readback import recover_model
+    from training.fit.intent_model import IntentModel
 
     copy = tmp_path / "model"  # its int8 graph runs int8 activations: the body comes from the fp32 one
     shutil.copytree(tiny_exported[0], copy, ignore=shutil.ignore_patterns("checkpoint"))
@@ -232,8 +232,8 @@ def test_a_graph_whose_head_scale_is_not_the_manifests_temperature_is_refused(tm
     import onnx
 
     from router.manifest import ModelError
-    from training.graph_weights import graph_head
-    from training.readback import recover_model
+    from training.export.graph_weights import graph_head
+    from training.export.readback import recover_model
 
     scale = graph_head(onnx.load(str(SHIPPED / _default_graph(SHIPPED))), "probabilities")[2]
     copy = tmp_path / "model"
@@ -272,7 +272,7 @@ def test_bench_speed_times_the_pytorch_model_read_back_when_no_checkpoint_ships(
 def test_a_graph_lacking_layers_of_the_base_body_is_refused_by_name(tmp_path, monkeypatch):
     """A graph whose body has fewer layers than the base model (a cut student read into the full base)
     names the weights it lacks, and nothing is written."""
-    import training.recover as recover
+    import training.export.recover as recover
     from router.manifest import ModelError
 
     real = recover.graph_tensors
@@ -293,7 +293,7 @@ def test_the_head_is_read_as_the_export_writes_it_and_anything_else_is_refused()
     from onnx import TensorProto, helper, numpy_helper
 
     from router.manifest import ModelError
-    from training.graph_weights import graph_head
+    from training.export.graph_weights import graph_head
 
     rng = np.random.default_rng(0)
     w, b = rng.normal(size=(4, 3)).astype(np.float32), rng.normal(size=3).astype(np.float32)
@@ -337,23 +337,20 @@ def test_the_shipped_model_read_back_exports_to_the_same_graph_and_to_fp32_and_f
 
     from router.classifier import Classifier
     from router.manifest import load_manifest
-    from training.export import export_model
-    from training.readback import recover_model
-    from training.recover import recovered_body
+    from training.export.exporter import export_model
+    from training.export.options import ExportOptions
+    from training.export.readback import recover_model
+    from training.export.recover import recovered_body
 
     copy = tmp_path / "model"
     shutil.copytree(SHIPPED, copy, ignore=shutil.ignore_patterns("checkpoint", "model.fp32.onnx"))
     recover_model(copy, copy / "checkpoint", report=lambda _: None)
     texts = [json.loads(line)["text"] for line in (ROOT / "data" / "test.jsonl").open()][:48]
     recipe = load_manifest(SHIPPED).export.variants["int8"].recipe
-    manifest = export_model(
-        copy,
-        parity_texts=texts,
-        variants=("fp32", "fp16", "int8"),
-        recipes=(recipe,),
-        half_int8=True,
-        report=lambda _: None,
+    options = ExportOptions(
+        variants=("fp32", "fp16", "int8"), export_recipes=(recipe,), int8_half_weights=True
     )
+    manifest = export_model(copy, options, parity_texts=texts, report=lambda _: None)
     assert manifest.export.variants["int8"].recipe == recipe
 
     def sha(path):

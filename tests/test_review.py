@@ -1,4 +1,4 @@
-"""The review queue (`intent-router review`, eval.review): a log of the shipped model's decisions over dev
+"""The review queue (`intent-router review`, eval.review.queue): a log of the shipped model's decisions over dev
 messages, crafted duplicates and a scripted verifier; every pick justified by its record."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
-from eval.clusters import kmeans
-from eval.review import (
+from eval.review.clusters import kmeans
+from eval.review.files import label_studio_tasks, read_csv_queue, row_of
+from eval.review.queue import (
     Entry,
     compound_checks,
     confidently_accepted,
@@ -24,7 +25,6 @@ from eval.review import (
     round_robin,
     select,
 )
-from eval.review_io import label_studio_tasks, read_csv_queue, row_of
 from router.compound import stacked_scores
 from router.decision_log import DecisionLog, config_hash, read_log
 from router.manifest import load_manifest

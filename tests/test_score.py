@@ -15,7 +15,7 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
-from eval.score_labels import decisions_metrics  # noqa: E402
+from eval.metrics.scored_logs import decisions_metrics  # noqa: E402
 from router.score.options import ScoreError, ScoreOptions, model_labels  # noqa: E402
 from router.score.output import parts_dir  # noqa: E402
 from router.score.run import score_file  # noqa: E402

@@ -1,4 +1,4 @@
-"""The load generator of `intent-router bench serve` (eval/bench_serve.py) against a real server: every
+"""The load generator of `intent-router bench serve` (eval/bench/serve_load.py) against a real server: every
 answer is counted by status, a failed connection by its exception's type, and a keep-alive connection the
 server closed while idle is not reused."""
 
@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from eval.bench_serve import Conn, _body, open_loop
+from eval.bench.serve_load import Conn, _body, open_loop
 from tests.test_serve import Server, free_port
 
 pytest.importorskip("fastapi")

@@ -1,4 +1,4 @@
-"""The speed benchmark (eval/bench_speed.py): its goals, timed rows, comparison and goal lines."""
+"""The speed benchmark (eval/bench/speed.py): its goals, timed rows, comparison and goal lines."""
 
 import pytest
 
@@ -9,7 +9,7 @@ ort = pytest.importorskip("onnxruntime")
 
 
 def test_speed_goals_are_checked_both_ways():
-    from eval.bench_speed import check_goals
+    from eval.bench.speed import check_goals
 
     row = {"p50_ms": 0.9, "p99_ms": 2.5, "speedup_p50_vs_setfit": 9.0, "batch_msgs_per_s": 1400.0}
     assert check_goals(row) == {
@@ -24,7 +24,7 @@ def test_speed_goals_are_checked_both_ways():
 def test_the_speed_benchmark_counts_the_calls_that_ran_the_graph_twice(tiny_exported):
     """Both shipped models read clauses in their one run; the tiny model, built without a clause reader,
     reads a possible two-intent message's clauses in a second run, and the benchmark counts those calls."""
-    from eval.bench_speed import bench_router, table_rows
+    from eval.bench.speed import bench_router, table_rows
     from router import Router
 
     assert (
@@ -51,7 +51,7 @@ def test_the_speed_benchmark_counts_the_calls_that_ran_the_graph_twice(tiny_expo
 
 def test_the_speed_benchmark_times_a_second_model_in_the_same_rounds():
     """Each model is timed through its own default graph, in interleaved rounds."""
-    from eval.bench_speed import comparison_lines, run_speed_benchmark
+    from eval.bench.speed import comparison_lines, run_speed_benchmark
     from router.manifest import load_manifest
     from tests.conftest import FAST
 
@@ -78,7 +78,7 @@ def test_the_speed_benchmark_times_a_second_model_in_the_same_rounds():
 
 def test_a_compared_model_is_measured_against_the_default_graph_whatever_its_variant():
     """A model whose default graph is fp16 is compared through that graph's row, not an int8 one."""
-    from eval.bench_speed import comparison_lines
+    from eval.bench.speed import comparison_lines
 
     fp16 = {"name": "router onnx fp16", "p50_ms": 4.0, "p99_ms": 8.0, "batch_msgs_per_s": 200.0}
     other = {"name": "router onnx int8: fast", "p50_ms": 2.0, "p99_ms": 4.0, "batch_msgs_per_s": 500.0}
@@ -88,7 +88,7 @@ def test_a_compared_model_is_measured_against_the_default_graph_whatever_its_var
 
 
 def test_the_speed_benchmark_says_when_fp32_beats_int8_on_this_cpu():
-    from eval.bench_speed import comparison_lines
+    from eval.bench.speed import comparison_lines
 
     int8 = {"name": "router onnx int8", "p50_ms": 3.9, "p99_ms": 6.0, "batch_msgs_per_s": 240.0}
     fp32 = {"name": "router onnx fp32", "p50_ms": 3.4, "p99_ms": 5.0, "batch_msgs_per_s": 350.0}
@@ -104,7 +104,7 @@ def test_the_speed_benchmark_says_when_fp32_beats_int8_on_this_cpu():
 
 
 def test_goal_lines_say_which_of_the_speed_goals_each_router_meets():
-    from eval.bench_speed import check_goals, goal_lines
+    from eval.bench.speed import check_goals, goal_lines
 
     main = {"name": "router onnx int8", "p50_ms": 0.7, "p99_ms": 2.2, "batch_msgs_per_s": 1600.0}
     main.update(router_overhead_ms=0.08, speedup_p50_vs_setfit=7.5)

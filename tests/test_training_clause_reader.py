@@ -17,9 +17,10 @@ def test_clauses_read_in_context_need_one_graph_run_and_match_pytorch(tmp_path):
     probabilities and intents are PyTorch's."""
     import onnx
 
-    from training.export import CLAUSE_READER_FILE, export_model
-    from training.intent_model import IntentModel
-    from training.train import train
+    from training.export.exporter import CLAUSE_READER_FILE, export_model
+    from training.export.options import ExportOptions
+    from training.fit.intent_model import IntentModel
+    from training.fit.train import train
 
     out = tmp_path / "model"
     cfg = tiny_config(
@@ -35,8 +36,8 @@ def test_clauses_read_in_context_need_one_graph_run_and_match_pytorch(tmp_path):
     assert len(epochs) == 2 and all("clauses in context" in line for line in epochs)
     export_model(
         out,
+        ExportOptions(variants=("fp32",)),
         parity_file=[TINY / "test.jsonl", TINY / "compound" / "test.jsonl"],
-        variants=["fp32"],
         report=lambda _: None,
     )
     manifest = load_manifest(out)
@@ -68,7 +69,7 @@ def test_clauses_read_in_context_need_one_graph_run_and_match_pytorch(tmp_path):
 
 
 def test_clause_reader_layers_outside_the_body_fail_before_training():
-    from training.intent_model import IntentModel
+    from training.fit.intent_model import IntentModel
 
     with pytest.raises(ValueError, match="clause_context_layers"):  # a 2-layer student has layers 0..2
         IntentModel(tiny_config(distil_layers=[0, 3], clause_context_layers=[1, 3])).fit(

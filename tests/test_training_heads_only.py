@@ -1,4 +1,4 @@
-"""Which rows train what (training.train, real SetFit runs on the tiny fixture corpus): ``heads_only_file``
+"""Which rows train what (training.fit.train, real SetFit runs on the tiny fixture corpus): ``heads_only_file``
 rows (one file or several) train the heads and not the contrastive phase; ``more_train_files`` rows train both, as the train
 file's do."""
 
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-import training.fit_phases as fit_phases
+import training.fit.phases as fit_phases
 from tests.conftest import tiny_config
 
 EVERYDAY = [
@@ -43,7 +43,7 @@ def _record_contrastive_rows(monkeypatch) -> list[list[str]]:
 
 @pytest.mark.slow
 def test_heads_only_rows_reach_the_heads_and_not_the_contrastive_phase(tmp_path, monkeypatch):
-    from training.train import train
+    from training.fit.train import train
 
     everyday, seen = _everyday_file(tmp_path), _record_contrastive_rows(monkeypatch)
     config = tiny_config(heads_only_file=everyday, max_steps=10)
@@ -60,8 +60,8 @@ def test_heads_only_rows_reach_the_heads_and_not_the_contrastive_phase(tmp_path,
 
 @pytest.mark.parametrize("option", ["heads_only_file", "more_train_files"])
 def test_rows_outside_the_train_file_must_use_its_labels(tmp_path, option):
-    from eval.data_sources import DataError
-    from training.train import train
+    from eval.readers.sources import DataError
+    from training.fit.train import train
 
     odd = tmp_path / "train_garden.jsonl"
     odd.write_text(json.dumps({"text": "water the plants at six", "label": "GARDENING"}) + "\n")
@@ -74,7 +74,7 @@ def test_rows_outside_the_train_file_must_use_its_labels(tmp_path, option):
 def test_heads_only_weight_repeats_the_rows_in_the_softmax_head(tmp_path, monkeypatch):
     from setfit import Trainer
 
-    from training.train import train
+    from training.fit.train import train
 
     # two files, read in the order given
     everyday = [_everyday_file(tmp_path, EVERYDAY[4:], "b.jsonl"), _everyday_file(tmp_path, EVERYDAY[:4])]
@@ -101,7 +101,7 @@ def test_heads_only_weight_repeats_the_rows_in_the_softmax_head(tmp_path, monkey
 
 @pytest.mark.slow
 def test_more_train_files_rows_reach_the_contrastive_phase_after_the_train_files(tmp_path, monkeypatch):
-    from training.train import train
+    from training.fit.train import train
 
     everyday, seen = _everyday_file(tmp_path), _record_contrastive_rows(monkeypatch)
     config = tiny_config(more_train_files=[everyday], max_steps=10)

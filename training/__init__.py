@@ -1,4 +1,4 @@
 """Training side: corpus loading and checking, SetFit training, calibration and ONNX export.
 
-Only ``training.corpus`` is importable without the ``train`` extra.
+Only ``training.corpus.labelled`` is importable without the ``train`` extra.
 """

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from training.config import TrainConfig
+from training.train_config import TrainConfig
 
 Reporter = Callable[[str], None]
 DEFAULT_OOS = Path("data/oos.jsonl")
@@ -37,10 +37,11 @@ def build(
     ``(manifest, report or None)``; the build's wall time is recorded in the manifest."""
     from router.intents import CONTINUATION
     from router.manifest import load_manifest
-    from training.export import export_model
-    from training.preflight import check_build_files
-    from training.train import train
-    from training.turn_reader import fit_turn_reader
+    from training.corpus.preflight import check_build_files
+    from training.export.exporter import export_model
+    from training.export.options import ExportOptions
+    from training.fit.train import train
+    from training.fit.turn_reading import fit_turn_reader
 
     cfg = config or TrainConfig()
     out = Path(out) if out is not None else cfg.output_dir
@@ -53,16 +54,7 @@ def build(
     report("== export")
     oos = oos if oos is not None and Path(oos).is_file() else None
     parity_files = [f for f in (cfg.test_file, cfg.dev_file, oos, cfg.compound_test_file) if f is not None]
-    recipes = {"recipes": cfg.export_recipes} if cfg.export_recipes else {}
-    export_model(
-        out,
-        parity_file=parity_files,
-        report=report,
-        portable_int8=cfg.portable_int8,
-        kept_fp32=cfg.int8_kept_fp32,
-        half_int8=cfg.int8_half_weights,
-        **recipes,
-    )
+    export_model(out, ExportOptions.from_config(cfg), parity_file=parity_files, report=report)
     turns = cfg.conversation_train_file
     if turns is not None and Path(turns).is_file() and CONTINUATION in load_manifest(out).labels:
         report("== turn reader")
@@ -111,13 +103,13 @@ def evaluate_model(
     verifier=None,
     **options,
 ) -> dict:
-    """Open ``model`` (default: the default model directory) with ``backend`` (training.backends.
+    """Open ``model`` (default: the default model directory) with ``backend`` (training.measure.backends.
     load_predictor), run eval's evaluator on ``data`` and, with ``out``, write eval.json, report.md and
-    the plots there. ``options`` go to eval.evaluator.run_evaluation (oos, threshold, columns, ...)."""
-    from eval.evaluator import run_evaluation
-    from eval.report import write_report
+    the plots there. ``options`` go to eval.metrics.evaluator.run_evaluation (oos, threshold, columns, ...)."""
+    from eval.metrics.evaluator import run_evaluation
+    from eval.reports.files import write_report
     from router.shipped import default_model_dir
-    from training.backends import load_predictor
+    from training.measure.backends import load_predictor
 
     model = model or default_model_dir()
     predictor = load_predictor(model, backend=backend, variant=variant)
@@ -145,12 +137,12 @@ def speed_benchmark(
     ``compare``, on the first ``limit`` messages of ``data``; with ``out``, also write the results as JSON.
 
     The PyTorch row is ``reference``'s SetFit model (default: ``model``'s): its checkpoint, or, for an
-    exported model that ships without one, the model read back from its graph (training.readback), so that
+    exported model that ships without one, the model read back from its graph (training.export.readback), so that
     the ratio to SetFit can be measured on any machine. A model whose graph runs int8 activations, or a
     student with fewer layers than its base model (the fast model), cannot be read back: name the default
     model as the reference."""
-    from eval.bench_speed import run_speed_benchmark
-    from eval.data import load_unlabeled
+    from eval.bench.speed import run_speed_benchmark
+    from eval.readers.loader import load_unlabeled
     from router.shipped import default_model_dir
 
     model = Path(model or default_model_dir())
@@ -181,14 +173,14 @@ def _torch_reference(model: Path, workdir: Path, report: Reporter):
     """(name, loader, model id) of ``model``'s SetFit PyTorch predictor for the speed benchmark, or None
     when it has neither a checkpoint nor a graph a model can be read back from (said through ``report``)."""
     from router.manifest import ModelError, load_manifest
-    from training.checkpoints import checkpoint_of
-    from training.intent_model import IntentModel
+    from training.fit.checkpoints import checkpoint_of
+    from training.fit.intent_model import IntentModel
 
     manifest = load_manifest(model)
     ckpt = checkpoint_of(model, manifest)
     name = "setfit pytorch predict_proba"
     if not ckpt.is_dir():
-        from training.readback import recover_model
+        from training.export.readback import recover_model
 
         report(f"no checkpoint at {ckpt}: reading the PyTorch model back from {model}'s graph")
         ckpt = workdir / "recovered"

@@ -25,7 +25,6 @@ from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from router.serve.auth import Principal, key_from_headers
-from router.serve.metrics import MODEL_SCOPE_KEY, MetricsMiddleware
 from router.serve.models import (
     ErrorResponse,
     ReloadRequest,
@@ -34,6 +33,7 @@ from router.serve.models import (
     RouteResponse,
     openapi_with_intents,
 )
+from router.serve.prometheus import MODEL_SCOPE_KEY, MetricsMiddleware
 from router.serve.settings import ServeSettings, is_loopback
 from router.serve.state import ReloadError, State, one_line
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from router.decision_log import DecisionLog
 from router.serve.auth import KeyStore
 from router.serve.engine import Engine, build_router, close_verifier
-from router.serve.metrics import Metrics
+from router.serve.prometheus import Metrics
 from router.serve.rundir import METRICS_DIR, Target, read_target, write_target
 from router.serve.settings import ServeSettings
 

@@ -1,0 +1,90 @@
+"""The challenger gate command: compare a candidate model with the incumbent (the running model) on the same
+labelled messages and exit 0 when the candidate passes, 1 when it fails, 2 when the input is bad."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from router.console import Opt, RouterConfigFile, app, command, console, fail, say, table
+
+
+@app.command()
+@command()
+def compare(
+    candidate: Path = Opt(..., help="Exported model directory of the challenger."),
+    incumbent: Path = Opt(..., help="Exported model directory of the running model."),
+    data: list[str] = Opt(
+        ..., help="Labelled messages ({text, label} rows: JSONL/CSV/TSV/Parquet); repeat for several files."
+    ),
+    config: RouterConfigFile = None,
+    candidate_config: Annotated[
+        Path | None, Opt(help="Router config of the candidate (default: --config), for a label change.")
+    ] = None,
+    margin: float = Opt(0.0, help="Accuracy the candidate may lose, in accuracy units (0.01 = one point)."),
+    alpha: float = Opt(
+        0.05, help="A candidate with more errors (n01 > n10) fails when McNemar's exact p is below this."
+    ),
+    confident_tolerance: float = Opt(
+        1.0, help="Extra confident mistakes (wrong and accepted at the threshold) allowed per 1000 messages."
+    ),
+    allow_label_change: bool = Opt(
+        False, "--allow-label-change", help="Compare models whose labels differ on the labels they share."
+    ),
+    out: Path = Opt(Path("reports/compare"), help="Directory for compare.json and compare.md."),
+    as_json: Annotated[bool, Opt("--json", help="Print compare.json instead of the tables.")] = False,
+) -> None:
+    """Challenger gate: accuracy, confident mistakes, latency and McNemar's test of a candidate against
+    the incumbent; exit 0 pass, 1 fail, 2 bad input."""
+    from eval.compare.figures import CompareError, Rule
+    from eval.compare.report import (
+        check_rows,
+        class_rows,
+        compare_models,
+        figure_rows,
+        notes,
+        paired_rows,
+        write_compare,
+    )
+
+    try:
+        result = compare_models(
+            candidate,
+            incumbent,
+            data,
+            config=config,
+            candidate_config=candidate_config,
+            rule=Rule(margin=margin, alpha=alpha, confident_tolerance=confident_tolerance),
+            allow_label_change=allow_label_change,
+            report=(lambda _: None) if as_json else say,
+        )
+    except CompareError as e:
+        raise fail(str(e), code=2) from e
+    paths = write_compare(result, out)
+    if as_json:
+        print(json.dumps(result, indent=2, ensure_ascii=False))
+        raise typer.Exit(0 if result["passed"] else 1)
+    n = result["data"]["n"]
+    table(f"{n} messages", ["", "incumbent", "candidate", "delta"], figure_rows(result))
+    table("Paired errors", ["", "value"], paired_rows(result))
+    table(
+        "Per class (recall; F1 per intent and for the no-intent answer)",
+        ["label", "n", "recall inc", "recall cand", "delta", "F1 inc", "F1 cand", "delta"],
+        class_rows(result),
+    )
+    table("Checks", ["check", "result", "detail"], check_rows(result))
+    for note in notes(result):
+        console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+    console.print(f"rule: {escape(result['rule']['text'])}", highlight=False)
+    failed = [c["name"] for c in result["checks"] if not c["passed"]]
+    console.print(
+        "[green]candidate passes[/]"
+        if result["passed"]
+        else f"[bold red]candidate fails:[/] {', '.join(failed)}"
+    )
+    console.print(f"wrote {paths['json']} and {paths['markdown']}", highlight=False)
+    raise typer.Exit(0 if result["passed"] else 1)

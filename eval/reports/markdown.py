@@ -1,0 +1,371 @@
+"""The Markdown report for people, rendered from the report dict."""
+
+from __future__ import annotations
+
+from eval.metrics.conversation_turns import markdown_lines as conversation_lines
+from eval.metrics.intent_thresholds import markdown_lines as threshold_lines
+from eval.reports.plots import PLOT_FILES
+from eval.reports.text_tables import cell as _cell
+from eval.reports.text_tables import f as _f
+from eval.reports.text_tables import pct as _pct
+from eval.reports.text_tables import table as _table
+
+MAX_ROWS = 50
+
+
+def render_markdown(report: dict, plots: bool = True) -> str:
+    m, d, c, cal = report["model"], report["data"], report["classification"], report["calibration"]
+    th = report["thresholds"]
+    at = th["at_tau"]
+    tau = report["threshold"]
+    lines = [
+        f"# Evaluation: {m.get('name') or m['model_id']}",
+        "",
+        f"- model: `{m['model_id']}` ({m['backend']}{', ' + m['variant'] if m.get('variant') else ''}), path `{m.get('path')}`",
+        f"- data: `{d['source']}` ({d['format']}{', split ' + d['split'] if d.get('split') else ''}), {d['n']} messages"
+        + (f", {len(d['skipped'])} invalid row(s) skipped" if d.get("skipped") else ""),
+        f"- threshold tau: {tau:g}",
+        f"- created: {report['created_at']}, schema version {report['schema_version']}",
+        "",
+        "## Summary",
+        "",
+    ]
+    summary = [
+        ["accuracy", _f(c["accuracy"])],
+        ["macro-F1", _f(c["macro_f1"])],
+        ["ECE", _f(cal["ece"])],
+        ["NLL", _f(cal["nll"])],
+        ["Brier", _f(cal["brier"])],
+        [f"accepted at tau {tau:g}", _pct(at["accepted_share"])],
+        [f"accuracy of accepted at tau {tau:g}", _f(at["accepted_accuracy"])],
+        [f"sent to verifier at tau {tau:g}", _pct(at["to_verifier_share"])],
+    ]
+    if report.get("oos"):
+        summary.append(
+            [f"out-of-scope recall (below tau, n={report['oos']['n']})", _pct(report["oos"]["recall"])]
+        )
+    lat = report.get("latency")
+    if lat:
+        s = lat["single"]
+        summary.append(
+            [
+                "latency p50 / p95 / p99 (ms, one message)",
+                f"{_f(s['p50_ms'], 2)} / {_f(s['p95_ms'], 2)} / {_f(s['p99_ms'], 2)}",
+            ]
+        )
+        summary.append(
+            [
+                f"throughput (batch {lat['batch']['batch_size']})",
+                f"{_f(lat['batch']['messages_per_second'], 1)} msg/s",
+            ]
+        )
+    lines += _table(["metric", "value"], summary)
+
+    lines += ["## Per class", ""]
+    lines += _table(
+        ["label", "precision", "recall", "F1", "support"],
+        [
+            [l, _f(v["precision"]), _f(v["recall"]), _f(v["f1"]), v["support"]]
+            for l, v in c["per_class"].items()
+        ],
+    )
+
+    cm = c["confusion_matrix"]
+    lines += ["## Confusion matrix", "", "Rows: true label; columns: predicted.", ""]
+    lines += _table(
+        ["true \\ predicted", *cm["labels"]],
+        [[l, *row] for l, row in zip(cm["labels"], cm["matrix"], strict=True)],
+    )
+    if plots:
+        lines += [f"![confusion matrix]({PLOT_FILES['confusion_matrix']})", ""]
+
+    lines += [
+        "## Calibration",
+        "",
+        f"ECE {_f(cal['ece'])} over {cal['n_bins']} equal-width bins, NLL {_f(cal['nll'])}, Brier {_f(cal['brier'])}.",
+        "",
+    ]
+    lines += _table(
+        ["confidence bin", "messages", "mean confidence", "accuracy"],
+        [
+            [f"{b['lower']:.2f}-{b['upper']:.2f}", b["count"], _f(b["confidence"]), _f(b["accuracy"])]
+            for b in cal["bins"]
+            if b["count"]
+        ],
+    )
+    if plots:
+        lines += [f"![reliability diagram]({PLOT_FILES['reliability']})", ""]
+
+    lines += [
+        "## Threshold sweep",
+        "",
+        "Accepted: confidence >= tau; the rest go to the verifier (or the fallback).",
+        "",
+    ]
+    has_oos = any(r.get("oos_recall") is not None for r in th["sweep"])
+    header = ["tau", "accepted", "accuracy of accepted", "to verifier"] + (
+        ["out-of-scope recall"] if has_oos else []
+    )
+    rows = []
+    for r in th["sweep"]:
+        tau_cell = f"**{r['tau']:g}**" if abs(r["tau"] - tau) < 1e-9 else f"{r['tau']:g}"
+        row = [tau_cell, _pct(r["accepted_share"]), _f(r["accepted_accuracy"]), _pct(r["to_verifier_share"])]
+        rows.append(row + ([_pct(r["oos_recall"])] if has_oos else []))
+    lines += _table(header, rows)
+    if plots:
+        lines += [f"![threshold curve]({PLOT_FILES['thresholds']})", ""]
+
+    o = report.get("oos")
+    if o:
+        lines += [
+            "## Out of scope",
+            "",
+            f"`{o['source']}`: {o['n']} messages. Below tau {tau:g}: {_pct(o['recall'])} "
+            f"(mean confidence {_f(o['mean_confidence'])}). With the router's guardrail "
+            f"({_pct(o.get('guardrail_share'))} stopped before the classifier): {_pct(o.get('router_recall'))} not accepted.",
+            "",
+        ]
+        if o["accepted_examples"]:
+            lines += ["Accepted as an intent (most confident first):", ""]
+            lines += _table(
+                ["row", "text", "predicted", "confidence"],
+                [
+                    [e["row"], _cell(e["text"]), e["predicted"], _f(e["confidence"])]
+                    for e in o["accepted_examples"]
+                ],
+            )
+
+    lines += _scope_lines(report.get("scope"))
+    lines += _compound_lines(report.get("compound"))
+    lines += conversation_lines(report.get("conversation"))
+    if report.get("intent_thresholds"):
+        lines += ["## Thresholds per intent", "", *threshold_lines(report["intent_thresholds"]), ""]
+
+    v = report.get("verifier")
+    if v:
+        lines += [
+            "## Verifier lift",
+            "",
+            f"Verifier `{v['verifier']}` on the {v['n_verified']} of {v['n_below']} messages below tau {v['tau']:g}.",
+            "",
+        ]
+        lines += _table(
+            ["", "value"],
+            [
+                ["classifier alone: accuracy", _f(v["classifier_accuracy"])],
+                ["with verifier: accuracy (failures count wrong)", _f(v["verifier_accuracy"])],
+                ["lift", _f(v["lift"])],
+                ["verifier answered / failed", f"{v['answered']} / {v['failed']}"],
+                ["accuracy of verifier answers", _f(v["verifier_accuracy_answered"])],
+                ["end-to-end accuracy (accepted + verified)", _f(v["end_to_end_accuracy"])],
+                [
+                    "verifier latency p50 / p95 (ms)",
+                    f"{_f(v['latency']['p50_ms'], 1)} / {_f(v['latency']['p95_ms'], 1)}",
+                ],
+            ],
+        )
+
+    lat = report.get("latency")
+    if lat:
+        s, b = lat["single"], lat["batch"]
+        lines += [
+            "## Latency",
+            "",
+            f"One message at a time, {s['n']} messages: p50 {_f(s['p50_ms'], 3)} ms, p95 {_f(s['p95_ms'], 3)} ms, "
+            f"p99 {_f(s['p99_ms'], 3)} ms, max {_f(s['max_ms'], 3)} ms. Batches of {b['batch_size']}: "
+            f"{_f(b['messages_per_second'], 1)} messages/s. ({report['environment']['cpus']} CPUs, {report['environment']['platform']})",
+            "",
+        ]
+
+    mis = report["misclassified"]
+    lines += [
+        "## Misclassified",
+        "",
+        f"{len(mis)} of {d['n']} messages; most confident first"
+        + (f" (first {MAX_ROWS} shown; all in eval.json)" if len(mis) > MAX_ROWS else "")
+        + ".",
+        "",
+    ]
+    if mis:
+        lines += _table(
+            ["where", "text", "label", "predicted", "confidence", "p(label)", "accepted"],
+            [
+                [
+                    e.get("where") or e["row"],
+                    _cell(e["text"]),
+                    e["label"],
+                    e["predicted"],
+                    _f(e["confidence"]),
+                    _f(e["label_probability"]),
+                    "yes" if e["accepted"] else "no",
+                ]
+                for e in mis[:MAX_ROWS]
+            ],
+        )
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _scope_lines(sc: dict | None) -> list[str]:
+    """The router's out-of-scope behaviour (eval/metrics/out_of_scope.py): in-scope rows and out-of-scope rows."""
+    if not sc:
+        return []
+    ins = sc["in_scope"]
+    dist = f", distance threshold {_f(sc['distance_threshold'], 1)}" if sc["distance_threshold"] else ""
+    lines = [
+        "## In scope and out of scope (router rule, no verifier)",
+        "",
+        f"Out of scope: the OUT_OF_SCOPE class at confidence >= tau {sc['tau']:g}, or the in-scope distance "
+        f"above its threshold{dist}. Not routed: out of scope or below tau.",
+        "",
+    ]
+    rows = [
+        [f"in scope (n={ins['n']}): accuracy", _f(ins["accuracy"])],
+        [
+            "in scope: called out of scope (classifier / distance)",
+            f"{_pct(ins['called_out_of_scope'])} ({_pct(ins['called_by_classifier'])} / {_pct(ins['called_by_distance'])})",
+        ],
+        [
+            "in scope: accepted / accuracy of accepted",
+            f"{_pct(ins['accepted_share'])} / {_f(ins['accepted_accuracy'])}",
+        ],
+    ]
+    for key, name in (("out_of_scope", "labelled out-of-scope rows"), ("oos_file", "--oos file")):
+        o = sc.get(key)
+        if not o:
+            continue
+        rows.append(
+            [
+                f"{name} (n={o['n']}): called out of scope / not routed",
+                f"{_pct(o['recall'])} / {_pct(o['not_routed'])}",
+            ]
+        )
+        rows.append(
+            [
+                f"{name}: by classifier / by distance / only by distance",
+                f"{_pct(o['by_classifier'])} / {_pct(o['by_distance'])} / {_pct(o['only_by_distance'])}",
+            ]
+        )
+        if o.get("not_routed_with_guardrail") is not None:
+            rows.append([f"{name}: not routed, with the guardrail", _pct(o["not_routed_with_guardrail"])])
+    rows.append(["precision of out-of-scope calls (labelled rows)", _f(sc["precision"])])
+    lines += _table(["", "value"], rows)
+    lines += _table(
+        [
+            "tau",
+            "in scope accepted",
+            "accuracy of accepted",
+            "in scope called out of scope",
+            "out of scope not routed",
+        ],
+        [
+            [
+                f"{r['tau']:g}",
+                _pct(r["in_scope_accepted_share"]),
+                _f(r["in_scope_accepted_accuracy"]),
+                _pct(r["in_scope_called_out_of_scope"]),
+                _pct(r["out_of_scope_not_routed"]),
+            ]
+            for r in sc["sweep"]
+        ],
+    )
+    return lines
+
+
+def _compound_lines(cp: dict | None) -> list[str]:
+    """Compound requests (eval/metrics/two_intent.py): the compound file's two-intent rows and single twins."""
+    if not cp:
+        return []
+    c, s, d, k = cp["compound"], cp["single"], cp["data_single"], cp["skills"]
+    head = f"threshold {cp['compound_threshold']:g}" if cp["compound_head"] else "none: every message single"
+    lines = ["## Compound requests", "", f"`{cp['source']}`: {cp['n']} messages; compound head {head}.", ""]
+    rows = [
+        [
+            f"compound (n={c['n']}): both intents found / in order",
+            f"{_pct(c['both_found'])} / {_pct(c['exact_order'])}",
+        ],
+        [
+            "compound: primary right / skills of both loaded",
+            f"{_pct(c['primary_correct'])} / {_pct(c['skills_of_both_loaded'])}",
+        ],
+        [
+            "compound: accepted / fallback / out of scope",
+            " / ".join(_pct(c[x]) for x in ("accepted", "fallback", "out_of_scope")),
+        ],
+        [
+            f"single twins (n={s['n']}): accuracy / called compound",
+            f"{_pct(s['accuracy'])} / {_pct(s['called_compound'])}",
+        ],
+        [f"main data single (n={d['n']}): called compound", _pct(d["called_compound"])],
+        ["per-intent macro-F1 (multi-label)", _f(cp["macro_f1"])],
+        [
+            "skills / budget per message (gold routing)",
+            f"{_f(k['skills_per_message'], 2)} / {_f(k['budget_per_message'], 0)} ({_f(k['gold_skills_per_message'], 2)} / {_f(k['gold_budget_per_message'], 0)})",
+        ],
+        [f"token savings vs every skill ({k['every_skill']['budget']} tokens)", _pct(k["token_savings"])],
+    ]
+    return lines + _table(["", "value"], rows)
+
+
+def summary_rows(report: dict) -> list[list[str]]:
+    """(metric, value) rows of a report's headline numbers, for a terminal table."""
+    c, cal, at = report["classification"], report["calibration"], report["thresholds"]["at_tau"]
+    rows = [
+        ["accuracy", _f(c["accuracy"])],
+        ["macro-F1", _f(c["macro_f1"])],
+        ["ECE", _f(cal["ece"])],
+        ["NLL", _f(cal["nll"])],
+        ["Brier", _f(cal["brier"])],
+        [f"accepted at tau {at['tau']:g}", _f(at["accepted_share"])],
+        ["accuracy of accepted", _f(at["accepted_accuracy"])],
+        ["to verifier", _f(at["to_verifier_share"])],
+    ]
+    if report.get("oos"):
+        rows.append([f"out-of-scope recall (n={report['oos']['n']})", _f(report["oos"]["recall"])])
+    sc = report.get("scope")
+    if sc:
+        rows.append(["in-scope accuracy", _f(sc["in_scope"]["accuracy"])])
+        rows.append(["in scope called out of scope", _f(sc["in_scope"]["called_out_of_scope"])])
+        for key in ("out_of_scope", "oos_file"):
+            if sc.get(key):
+                rows.append([f"{key} not routed (n={sc[key]['n']})", _f(sc[key]["not_routed"])])
+    cp = report.get("compound")
+    if cp:
+        rows.append(
+            [f"compound: both intents found (n={cp['compound']['n']})", _f(cp["compound"]["both_found"])]
+        )
+        rows.append(["compound: skills of both loaded", _f(cp["compound"]["skills_of_both_loaded"])])
+        rows.append(
+            [f"single twins called compound (n={cp['single']['n']})", _f(cp["single"]["called_compound"])]
+        )
+        rows.append(["skills per message (compound file)", _f(cp["skills"]["skills_per_message"], 2)])
+    cv = report.get("conversation")
+    if cv:
+        rows.append(
+            [f"social after a request not routed (n={cv['social']['n']})", _f(cv["social"]["not_routed"])]
+        )
+        rows.append(
+            [f"continuations resolved (n={cv['continuation']['n']})", _f(cv["continuation"]["resolved"])]
+        )
+        rows.append([f"intent switches kept (n={cv['switch']['n']})", _f(cv["switch"]["kept"])])
+    if report.get("latency"):
+        s, b = report["latency"]["single"], report["latency"]["batch"]
+        rows.append(
+            ["latency p50/p95/p99 ms", " / ".join(_f(s[k], 2) for k in ("p50_ms", "p95_ms", "p99_ms"))]
+        )
+        rows.append(["batch msg/s", _f(b["messages_per_second"], 1)])
+    if report.get("verifier"):
+        v = report["verifier"]
+        rows.append(
+            [
+                f"verifier lift on {v['n_verified']} below tau",
+                f"{_f(v['classifier_accuracy'])} -> {_f(v['verifier_accuracy'])}",
+            ]
+        )
+    return rows
+
+
+def per_class_rows(report: dict) -> list[list[str]]:
+    return [
+        [label, _f(v["precision"]), _f(v["recall"]), _f(v["f1"]), str(v["support"])]
+        for label, v in report["classification"]["per_class"].items()
+    ]

@@ -1,0 +1,107 @@
+"""The int8 variant: the export's recipes tried fastest first, the first that passes parity with margin
+kept. A recipe that passes the gates without margin is remembered; when none passes with margin, the first
+such recipe's graph is kept. The -keepK recipes rank the encoder nodes once, on calibration text.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+
+from router.manifest import Manifest, Variant
+from training.export.half_storage import HALF_INT8, store_half
+from training.export.parity import PARITY_BATCH, margin_shortfalls
+from training.export.recipes import kept_count, quantize, rank_sensitivity
+from training.export.run import PLAIN_FP32, VARIANT_FILES, ExportRun, train_file
+from training.export.torch_graph import onnx_feeds
+
+CALIBRATION_TEXTS = 256  # training texts for the sensitivity pass of the -keepK recipes
+
+
+class Int8Builder:
+    """Builds and checks the int8 graph of one recipe at a time, ranking the nodes on first need."""
+
+    def __init__(self, run: ExportRun, calibration_texts: Sequence[str] | None):
+        self.run = run
+        self.calib = list(calibration_texts or _calibration_texts(run.manifest, run.parity.texts))
+        self.ranking: list[tuple[str, float]] = []
+
+    def _rank(self) -> None:
+        t0 = time.perf_counter()
+        tokenizer = self.run.model.setfit.model_body.tokenizer
+        feeds = onnx_feeds(tokenizer, self.calib, self.run.manifest.max_seq_length, PARITY_BATCH)
+        self.ranking = rank_sensitivity(self.run.path("fp32"), feeds, portable=self.run.options.portable_int8)
+        self.run.report(
+            f"sensitivity of {len(self.ranking)} encoder nodes on {len(self.calib)} texts in "
+            f"{time.perf_counter() - t0:.0f}s; most sensitive: "
+            + ", ".join(f"{n} {s:.3f}" for n, s in self.ranking[:6])
+        )
+
+    def build(self, recipe: str) -> tuple[Variant, list[str]]:
+        """Write ``recipe``'s graph, register it and return it with its parity failures."""
+        run, options = self.run, self.run.options
+        if kept_count(recipe) and not self.ranking:
+            self._rank()
+        t0 = time.perf_counter()
+        keep = self.ranking[: kept_count(recipe)]
+        dst = run.model_dir / VARIANT_FILES["int8"]
+        description = quantize(
+            recipe,
+            run.path("fp32"),
+            run.model_dir / PLAIN_FP32,
+            dst,
+            keep=[n for n, _ in keep],
+            portable=options.portable_int8,
+            kept_fp32=options.int8_kept_fp32,
+        )
+        if options.int8_half_weights:
+            store_half(dst, dst)
+            description += HALF_INT8
+        run.report(
+            f"int8 {recipe} quantized in {time.perf_counter() - t0:.1f}s ({dst.stat().st_size / 1e6:.1f} MB)"
+        )
+        spec = run.register("int8", recipe, description)
+        spec.kept_nodes = dict(keep)
+        spec.calibration_texts = len(self.calib) if keep else None
+        return spec, run.check("int8")
+
+
+def best_int8(run: ExportRun, calibration_texts: Sequence[str] | None = None) -> list[str]:
+    """Try the recipes in turn; the int8 variant left registered is the first that passes with margin,
+    else the first that passes, else the last tried. Returns the export's int8 failures; the variant's
+    ``rejected`` lists why the others were passed over."""
+    builder = Int8Builder(run, calibration_texts)
+    rejected: list[str] = []
+    fallback = None  # the first recipe that passes the gates but not with margin
+    for recipe in run.options.export_recipes:
+        spec, failed = builder.build(recipe)
+        if not failed:
+            short = margin_shortfalls(spec.parity)
+            if not short:
+                break
+            failed = [f"int8 ({recipe}) passes, without margin: {', '.join(short)}"]
+            fallback = fallback or recipe
+        rejected += failed
+        run.report(f"int8 {recipe} rejected: {'; '.join(failed)}")
+    else:  # no recipe passed with margin: ``failed`` is the last recipe's
+        if fallback is not None:
+            run.report(f"int8: no recipe passes with margin; keeping {fallback}, the first that passes")
+            failed = []
+            if fallback != recipe:  # the graph on disk is a later recipe's: rebuild the fallback
+                spec, failed = builder.build(fallback)
+            rejected = [r for r in rejected if not r.startswith(f"int8 ({fallback})")]
+        spec.rejected = [r for r in rejected if r not in failed]
+        return failed
+    spec.rejected = list(rejected)
+    return []
+
+
+def _calibration_texts(manifest: Manifest, fallback: Sequence[str]) -> list[str]:
+    """CALIBRATION_TEXTS texts (seeded sample) of the training file the manifest names, if it is here."""
+    from eval.readers.loader import load_unlabeled
+
+    train = train_file(manifest)
+    texts = list(load_unlabeled(train).texts) if train is not None else list(fallback)
+    random.Random(0).shuffle(texts)
+    return texts[:CALIBRATION_TEXTS]
