@@ -49,3 +49,33 @@ def test_docs_speak_of_the_project_not_its_history(doc):
     lines = doc.read_text(encoding="utf-8").splitlines()
     found = [f"{i}: {line.strip()[:80]}" for i, line in enumerate(lines, 1) if HISTORY.search(line)]
     assert not found, f"{doc.name} names sessions, work items or machine paths:\n" + "\n".join(found)
+
+
+def test_every_command_of_the_app_is_in_the_command_reference():
+    """docs/cli.md lists each command the assembled app registers, groups' subcommands included."""
+    from typer.main import get_command
+
+    from cli import app
+
+    group = get_command(app)
+    names = []
+    for name, cmd in group.commands.items():
+        subcommands = getattr(cmd, "commands", None)
+        names += [f"{name} {sub}" for sub in subcommands] if subcommands else [name]
+    reference = (ROOT / "docs/cli.md").read_text(encoding="utf-8")
+    assert len(names) >= 26
+    assert [n for n in names if f"`intent-router {n}" not in reference] == []
+
+
+def test_commands_are_registered_by_the_modules_cli_assembles():
+    """Each command's function lives in the commands.py of the room it fronts, listed in cli.py."""
+    from typer.main import get_command
+
+    import cli
+
+    group = get_command(cli.app)
+    modules = set()
+    for cmd in group.commands.values():
+        for c in getattr(cmd, "commands", {cmd.name: cmd}).values():
+            modules.add(c.callback.__wrapped__.__module__)
+    assert modules == set(cli.COMMAND_MODULES)

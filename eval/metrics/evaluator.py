@@ -252,6 +252,38 @@ def run_evaluation(
             raise ValueError("give a model path or a predictor")
         predictor = load_onnx_predictor(model, variant=variant)
     labels = list(predictor.labels)
+    columns = dict(text_column=text_column, label_column=label_column, skip_invalid=skip_invalid)
+    ds, ods, cds = _load_data(data, oos, compound, labels, split, **columns)
+    ev = evaluate(
+        predictor,
+        ds,
+        oos=ods,
+        compound=cds,
+        tau=tau,
+        n_bins=n_bins,
+        taus=taus,
+        max_latency_samples=max_latency_samples,
+        config=cfg,
+        router=router_for(predictor, cfg, threshold),  # without --threshold, the config's per intent too
+    )
+    report = _report(model, predictor, ds, ev, tau, text_column, label_column)
+    if fit_thresholds is not None:
+        from eval.metrics.intent_thresholds import fit_intent_thresholds
+
+        report["intent_thresholds"] = fit_intent_thresholds(ev.probs, ev.y, labels, tau, fit_thresholds)
+    if conversations is not None:
+        report["conversation"] = _conversation_section(model, variant, threshold, conversations, cfg)
+    if verifier is not None:
+        from eval.metrics.verifier_lift import verifier_lift
+
+        report["verifier"] = verifier_lift(
+            verifier, ds.texts, ev.y, ev.probs, labels, tau, max_messages=verifier_max, describe=verifier_name
+        )
+    return report
+
+
+def _load_data(data, oos, compound, labels, split, *, text_column, label_column, skip_invalid):
+    """The labelled data, the out-of-scope file and the compound file (None when not given)."""
     ds = load_labeled(
         data,
         labels=labels,
@@ -272,19 +304,13 @@ def run_evaluation(
             label_column=label_column,
             skip_invalid=skip_invalid,
         )
-    ev = evaluate(
-        predictor,
-        ds,
-        oos=ods,
-        compound=cds,
-        tau=tau,
-        n_bins=n_bins,
-        taus=taus,
-        max_latency_samples=max_latency_samples,
-        config=cfg,
-        router=router_for(predictor, cfg, threshold),  # without --threshold, the config's per intent too
-    )
-    report = {
+    return ds, ods, cds
+
+
+def _report(model, predictor, ds, ev, tau: float, text_column: str, label_column: str) -> dict:
+    """The report dict with its evaluated sections; conversation and verifier are filled after."""
+    labels = list(predictor.labels)
+    return {
         "schema_version": SCHEMA_VERSION,
         "kind": REPORT_KIND,
         "created_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -301,19 +327,6 @@ def run_evaluation(
         "verifier": None,
         "environment": _environment(),
     }
-    if fit_thresholds is not None:
-        from eval.metrics.intent_thresholds import fit_intent_thresholds
-
-        report["intent_thresholds"] = fit_intent_thresholds(ev.probs, ev.y, labels, tau, fit_thresholds)
-    if conversations is not None:
-        report["conversation"] = _conversation_section(model, variant, threshold, conversations, cfg)
-    if verifier is not None:
-        from eval.metrics.verifier_lift import verifier_lift
-
-        report["verifier"] = verifier_lift(
-            verifier, ds.texts, ev.y, ev.probs, labels, tau, max_messages=verifier_max, describe=verifier_name
-        )
-    return report
 
 
 def _conversation_section(model, variant: str | None, tau: float | None, path: str | Path, cfg) -> dict:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Annotated
+
 import typer
 from rich.markup import escape
-from router.console import Opt, command, console, fail, table
-from router.console import app
+
+from router.console import Opt, app, command, console, fail, table
 
 
 @app.command()
@@ -24,9 +25,17 @@ def gate(
     as_json: Annotated[bool, Opt("--json", help="Print the checks as JSON.")] = False,
 ) -> None:
     """CI gate: exit 1 when accuracy, macro-F1, a class F1, ECE, accepted accuracy, out-of-scope or compound-request figures regress past the baseline's limits."""
-    from eval.reports.gate import GATE_COLUMNS, GateError, gate_notes, gate_passed, gate_rows, load_baseline, run_gate
-    from eval.reports.gate import write_baseline as write_baseline_file
     from eval.reports.files import ReportError, load_report
+    from eval.reports.gate import (
+        GATE_COLUMNS,
+        GateError,
+        gate_notes,
+        gate_passed,
+        gate_rows,
+        load_baseline,
+        run_gate,
+    )
+    from eval.reports.gate import write_baseline as write_baseline_file
 
     try:
         rep = load_report(report)

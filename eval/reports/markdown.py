@@ -5,6 +5,7 @@ from __future__ import annotations
 from eval.metrics.conversation_turns import markdown_lines as conversation_lines
 from eval.metrics.intent_thresholds import markdown_lines as threshold_lines
 from eval.reports.plots import PLOT_FILES
+from eval.reports.routing_sections import compound_lines, scope_lines
 from eval.reports.text_tables import cell as _cell
 from eval.reports.text_tables import f as _f
 from eval.reports.text_tables import pct as _pct
@@ -14,11 +15,20 @@ MAX_ROWS = 50
 
 
 def render_markdown(report: dict, plots: bool = True) -> str:
-    m, d, c, cal = report["model"], report["data"], report["classification"], report["calibration"]
-    th = report["thresholds"]
-    at = th["at_tau"]
-    tau = report["threshold"]
-    lines = [
+    """report.md: the report's sections in order, each rendered from its part of the report dict."""
+    lines = _header(report) + _summary(report) + _per_class(report) + _confusion(report, plots)
+    lines += _calibration(report, plots) + _sweep(report, plots) + _oos(report)
+    lines += scope_lines(report.get("scope")) + compound_lines(report.get("compound"))
+    lines += conversation_lines(report.get("conversation"))
+    if report.get("intent_thresholds"):
+        lines += ["## Thresholds per intent", "", *threshold_lines(report["intent_thresholds"]), ""]
+    lines += _verifier(report) + _latency(report) + _misclassified(report)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _header(report: dict) -> list[str]:
+    m, d, tau = report["model"], report["data"], report["threshold"]
+    return [
         f"# Evaluation: {m.get('name') or m['model_id']}",
         "",
         f"- model: `{m['model_id']}` ({m['backend']}{', ' + m['variant'] if m.get('variant') else ''}), path `{m.get('path')}`",
@@ -30,6 +40,13 @@ def render_markdown(report: dict, plots: bool = True) -> str:
         "## Summary",
         "",
     ]
+
+
+def _summary(report: dict) -> list[str]:
+    """The headline figures: accuracy, calibration, the share accepted at tau, out of scope, latency."""
+    c, cal, tau = report["classification"], report["calibration"], report["threshold"]
+    at = report["thresholds"]["at_tau"]
+    lines: list[str] = []
     summary = [
         ["accuracy", _f(c["accuracy"])],
         ["macro-F1", _f(c["macro_f1"])],
@@ -60,7 +77,12 @@ def render_markdown(report: dict, plots: bool = True) -> str:
             ]
         )
     lines += _table(["metric", "value"], summary)
+    return lines
 
+
+def _per_class(report: dict) -> list[str]:
+    c = report["classification"]
+    lines: list[str] = []
     lines += ["## Per class", ""]
     lines += _table(
         ["label", "precision", "recall", "F1", "support"],
@@ -69,7 +91,12 @@ def render_markdown(report: dict, plots: bool = True) -> str:
             for l, v in c["per_class"].items()
         ],
     )
+    return lines
 
+
+def _confusion(report: dict, plots: bool) -> list[str]:
+    c = report["classification"]
+    lines: list[str] = []
     cm = c["confusion_matrix"]
     lines += ["## Confusion matrix", "", "Rows: true label; columns: predicted.", ""]
     lines += _table(
@@ -78,7 +105,12 @@ def render_markdown(report: dict, plots: bool = True) -> str:
     )
     if plots:
         lines += [f"![confusion matrix]({PLOT_FILES['confusion_matrix']})", ""]
+    return lines
 
+
+def _calibration(report: dict, plots: bool) -> list[str]:
+    cal = report["calibration"]
+    lines: list[str] = []
     lines += [
         "## Calibration",
         "",
@@ -95,7 +127,12 @@ def render_markdown(report: dict, plots: bool = True) -> str:
     )
     if plots:
         lines += [f"![reliability diagram]({PLOT_FILES['reliability']})", ""]
+    return lines
 
+
+def _sweep(report: dict, plots: bool) -> list[str]:
+    th, tau = report["thresholds"], report["threshold"]
+    lines: list[str] = []
     lines += [
         "## Threshold sweep",
         "",
@@ -114,7 +151,12 @@ def render_markdown(report: dict, plots: bool = True) -> str:
     lines += _table(header, rows)
     if plots:
         lines += [f"![threshold curve]({PLOT_FILES['thresholds']})", ""]
+    return lines
 
+
+def _oos(report: dict) -> list[str]:
+    tau = report["threshold"]
+    lines: list[str] = []
     o = report.get("oos")
     if o:
         lines += [
@@ -134,13 +176,11 @@ def render_markdown(report: dict, plots: bool = True) -> str:
                     for e in o["accepted_examples"]
                 ],
             )
+    return lines
 
-    lines += _scope_lines(report.get("scope"))
-    lines += _compound_lines(report.get("compound"))
-    lines += conversation_lines(report.get("conversation"))
-    if report.get("intent_thresholds"):
-        lines += ["## Thresholds per intent", "", *threshold_lines(report["intent_thresholds"]), ""]
 
+def _verifier(report: dict) -> list[str]:
+    lines: list[str] = []
     v = report.get("verifier")
     if v:
         lines += [
@@ -164,7 +204,11 @@ def render_markdown(report: dict, plots: bool = True) -> str:
                 ],
             ],
         )
+    return lines
 
+
+def _latency(report: dict) -> list[str]:
+    lines: list[str] = []
     lat = report.get("latency")
     if lat:
         s, b = lat["single"], lat["batch"]
@@ -176,7 +220,12 @@ def render_markdown(report: dict, plots: bool = True) -> str:
             f"{_f(b['messages_per_second'], 1)} messages/s. ({report['environment']['cpus']} CPUs, {report['environment']['platform']})",
             "",
         ]
+    return lines
 
+
+def _misclassified(report: dict) -> list[str]:
+    d = report["data"]
+    lines: list[str] = []
     mis = report["misclassified"]
     lines += [
         "## Misclassified",
@@ -202,108 +251,7 @@ def render_markdown(report: dict, plots: bool = True) -> str:
                 for e in mis[:MAX_ROWS]
             ],
         )
-    return "\n".join(lines).rstrip() + "\n"
-
-
-def _scope_lines(sc: dict | None) -> list[str]:
-    """The router's out-of-scope behaviour (eval/metrics/out_of_scope.py): in-scope rows and out-of-scope rows."""
-    if not sc:
-        return []
-    ins = sc["in_scope"]
-    dist = f", distance threshold {_f(sc['distance_threshold'], 1)}" if sc["distance_threshold"] else ""
-    lines = [
-        "## In scope and out of scope (router rule, no verifier)",
-        "",
-        f"Out of scope: the OUT_OF_SCOPE class at confidence >= tau {sc['tau']:g}, or the in-scope distance "
-        f"above its threshold{dist}. Not routed: out of scope or below tau.",
-        "",
-    ]
-    rows = [
-        [f"in scope (n={ins['n']}): accuracy", _f(ins["accuracy"])],
-        [
-            "in scope: called out of scope (classifier / distance)",
-            f"{_pct(ins['called_out_of_scope'])} ({_pct(ins['called_by_classifier'])} / {_pct(ins['called_by_distance'])})",
-        ],
-        [
-            "in scope: accepted / accuracy of accepted",
-            f"{_pct(ins['accepted_share'])} / {_f(ins['accepted_accuracy'])}",
-        ],
-    ]
-    for key, name in (("out_of_scope", "labelled out-of-scope rows"), ("oos_file", "--oos file")):
-        o = sc.get(key)
-        if not o:
-            continue
-        rows.append(
-            [
-                f"{name} (n={o['n']}): called out of scope / not routed",
-                f"{_pct(o['recall'])} / {_pct(o['not_routed'])}",
-            ]
-        )
-        rows.append(
-            [
-                f"{name}: by classifier / by distance / only by distance",
-                f"{_pct(o['by_classifier'])} / {_pct(o['by_distance'])} / {_pct(o['only_by_distance'])}",
-            ]
-        )
-        if o.get("not_routed_with_guardrail") is not None:
-            rows.append([f"{name}: not routed, with the guardrail", _pct(o["not_routed_with_guardrail"])])
-    rows.append(["precision of out-of-scope calls (labelled rows)", _f(sc["precision"])])
-    lines += _table(["", "value"], rows)
-    lines += _table(
-        [
-            "tau",
-            "in scope accepted",
-            "accuracy of accepted",
-            "in scope called out of scope",
-            "out of scope not routed",
-        ],
-        [
-            [
-                f"{r['tau']:g}",
-                _pct(r["in_scope_accepted_share"]),
-                _f(r["in_scope_accepted_accuracy"]),
-                _pct(r["in_scope_called_out_of_scope"]),
-                _pct(r["out_of_scope_not_routed"]),
-            ]
-            for r in sc["sweep"]
-        ],
-    )
     return lines
-
-
-def _compound_lines(cp: dict | None) -> list[str]:
-    """Compound requests (eval/metrics/two_intent.py): the compound file's two-intent rows and single twins."""
-    if not cp:
-        return []
-    c, s, d, k = cp["compound"], cp["single"], cp["data_single"], cp["skills"]
-    head = f"threshold {cp['compound_threshold']:g}" if cp["compound_head"] else "none: every message single"
-    lines = ["## Compound requests", "", f"`{cp['source']}`: {cp['n']} messages; compound head {head}.", ""]
-    rows = [
-        [
-            f"compound (n={c['n']}): both intents found / in order",
-            f"{_pct(c['both_found'])} / {_pct(c['exact_order'])}",
-        ],
-        [
-            "compound: primary right / skills of both loaded",
-            f"{_pct(c['primary_correct'])} / {_pct(c['skills_of_both_loaded'])}",
-        ],
-        [
-            "compound: accepted / fallback / out of scope",
-            " / ".join(_pct(c[x]) for x in ("accepted", "fallback", "out_of_scope")),
-        ],
-        [
-            f"single twins (n={s['n']}): accuracy / called compound",
-            f"{_pct(s['accuracy'])} / {_pct(s['called_compound'])}",
-        ],
-        [f"main data single (n={d['n']}): called compound", _pct(d["called_compound"])],
-        ["per-intent macro-F1 (multi-label)", _f(cp["macro_f1"])],
-        [
-            "skills / budget per message (gold routing)",
-            f"{_f(k['skills_per_message'], 2)} / {_f(k['budget_per_message'], 0)} ({_f(k['gold_skills_per_message'], 2)} / {_f(k['gold_budget_per_message'], 0)})",
-        ],
-        [f"token savings vs every skill ({k['every_skill']['budget']} tokens)", _pct(k["token_savings"])],
-    ]
-    return lines + _table(["", "value"], rows)
 
 
 def summary_rows(report: dict) -> list[list[str]]:

@@ -198,6 +198,46 @@ def add_reviewed(
     reviewed, target = Path(reviewed), Path(target)
     data_dir = Path(data_dir) if data_dir is not None else _corpus_of(target)
     source = source if source is not None else reviewed.stem
+    eval_files = _check_places(source, data_dir, target)
+    report = AddReport(str(reviewed), str(target), source, (today or date.today()).isoformat(), dry_run)
+    parsed = read_reviewed(reviewed)
+    target_rows = _load(target) if target.is_file() and target.read_bytes().strip() else []
+    labels_from, labels = _label_set(target, target_rows, data_dir)
+    train_files = _training_files(target, data_dir)
+    train_index: dict[str, tuple[str, int, str, str | None]] = {}
+    for path in train_files:
+        for ex in target_rows if path == target else _load(path):
+            train_index.setdefault(duplicate_key(ex.text), (str(path), ex.line, ex.text, ex.label))
+    report.checked_against = [str(p) for p in (*eval_files, *train_files)]
+    check = _RowCheck(
+        reviewed, report, labels, set(new_labels), labels_from, leak_index(eval_files), train_index
+    )
+    for n, obj, problem in parsed:
+        check.row(n, obj, problem)
+    report.rows = _whole_pairs([row for key, (_, row) in check.kept.items() if key not in check.conflicted])
+    report.skipped.sort(key=lambda s: s.line)
+    conflicts = sum(s.reason == "conflict" for s in report.skipped)
+    if conflicts and not keep_existing:
+        report.errors.append(
+            f"{conflicts} reviewed row(s) give a label that another row disagrees with (skipped (conflict), "
+            "above): correct them, or pass --keep-existing to keep the training file's labels"
+        )
+    counts = Counter(ex.label for ex in target_rows) + Counter(r["label"] for r in report.rows)
+    for label in sorted({r["label"] for r in report.rows} - labels):
+        if counts[label] < MIN_ROWS:
+            report.warnings.append(
+                f"label {label!r} will have {counts[label]} row(s) in {target}; "
+                f"data check needs at least {MIN_ROWS} train rows of a label"
+            )
+    if report.rows and not report.errors and not dry_run:
+        append_rows(target, report.rows)
+        report.written = True
+    return report
+
+
+def _check_places(source: str, data_dir: Path, target: Path) -> list[Path]:
+    """Refuse an empty batch name, a missing corpus, and a target that is not a training file; returns
+    the corpus's evaluation files."""
     if not source.strip():
         raise DataAddError("--source must name the review batch, got an empty name")
     if not data_dir.is_dir():
@@ -216,39 +256,46 @@ def add_reviewed(
         raise DataAddError(
             f"{target}: an evaluation file of {data_dir}; add reviewed rows to a training file"
         )
-    report = AddReport(str(reviewed), str(target), source, (today or date.today()).isoformat(), dry_run)
-    parsed = read_reviewed(reviewed)
+    return eval_files
 
-    target_rows = _load(target) if target.is_file() and target.read_bytes().strip() else []
+
+def _label_set(target: Path, target_rows, data_dir: Path) -> tuple[str, set[str]]:
+    """The labels a reviewed row may take, and the file they come from: the target's, else train.jsonl's."""
     labels_from, labels = str(target), {ex.label for ex in target_rows if ex.label}
     if not labels and (data_dir / "train.jsonl").is_file():
         labels_from = str(data_dir / "train.jsonl")
         labels = {ex.label for ex in _load(data_dir / "train.jsonl") if ex.label}
-    allowed = set(new_labels)
+    return labels_from, labels
 
-    leaked = leak_index(eval_files)
-    train_files = _training_files(target, data_dir)
-    train_index: dict[str, tuple[str, int, str, str | None]] = {}
-    for path in train_files:
-        for ex in target_rows if path == target else _load(path):
-            train_index.setdefault(duplicate_key(ex.text), (str(path), ex.line, ex.text, ex.label))
-    report.checked_against = [str(p) for p in (*eval_files, *train_files)]
 
-    kept: dict[str, tuple[int, dict]] = {}  # key -> (line, row) of the first reviewed row with that key
-    conflicted: set[str] = set()
-    for n, obj, problem in parsed:
+@dataclass
+class _RowCheck:
+    """Each reviewed row in turn: an error, skipped (a leak, a duplicate, a conflicting label), or kept."""
+
+    reviewed: Path
+    report: AddReport
+    labels: set[str]
+    allowed: set[str]
+    labels_from: str
+    leaked: dict
+    train_index: dict
+    kept: dict = field(default_factory=dict)  # key -> (line, row) of the first reviewed row with that key
+    conflicted: set = field(default_factory=set)
+
+    def row(self, n: int, obj: dict, problem: str | None) -> None:
+        report, reviewed = self.report, self.reviewed
         report.read += 1
-        problem = problem or row_problem(obj, labels, allowed, labels_from)
+        problem = problem or row_problem(obj, self.labels, self.allowed, self.labels_from)
         if problem:
             report.errors.append(f"{reviewed}:{n}: {problem}")
-            continue
+            return
         text, label = obj["text"], obj["label"]
         key = duplicate_key(text)
-        if key in leaked:
-            src, line, other = leaked[key]
+        if key in self.leaked:
+            src, line, other = self.leaked[key]
             report.skipped.append(Skip(n, "leak", f"{_kind(text, other)} of {src}:{line}", text))
-        elif key in train_index:
-            src, line, other, other_label = train_index[key]
+        elif key in self.train_index:
+            src, line, other, other_label = self.train_index[key]
             detail = f"{_kind(text, other)} of {src}:{line}"
             if other_label == label:
                 report.skipped.append(Skip(n, "duplicate", detail, text))
@@ -256,41 +303,25 @@ def add_reviewed(
                 report.skipped.append(
                     Skip(n, "conflict", f"{detail}, which is {other_label}, here {label}", text)
                 )
-        elif key in kept:
-            first_line, first = kept[key]
-            detail = f"{_kind(text, first['text'])} of {reviewed}:{first_line}"
-            if first["label"] == label and key not in conflicted:
-                report.skipped.append(Skip(n, "duplicate", detail, text))
-                continue
-            report.skipped.append(
-                Skip(n, "conflict", f"{detail}, which is {first['label']}, here {label}", text)
-            )
-            if key not in conflicted:
-                conflicted.add(key)
-                again = f"{_kind(text, first['text'])} of {reviewed}:{n}, which is {label}"
-                report.skipped.append(Skip(first_line, "conflict", again, first["text"]))
+        elif key in self.kept:
+            self._again(n, key, text, label)
         else:
-            kept[key] = (n, _training_row(obj, source, report.added_date))
-    report.rows = _whole_pairs([row for key, (_, row) in kept.items() if key not in conflicted])
-    report.skipped.sort(key=lambda s: s.line)
-    conflicts = sum(s.reason == "conflict" for s in report.skipped)
-    if conflicts and not keep_existing:
-        report.errors.append(
-            f"{conflicts} reviewed row(s) give a label that another row disagrees with (skipped (conflict), "
-            "above): correct them, or pass --keep-existing to keep the training file's labels"
-        )
+            self.kept[key] = (n, _training_row(obj, report.source, report.added_date))
 
-    counts = Counter(ex.label for ex in target_rows) + Counter(r["label"] for r in report.rows)
-    for label in sorted({r["label"] for r in report.rows} - labels):
-        if counts[label] < MIN_ROWS:
-            report.warnings.append(
-                f"label {label!r} will have {counts[label]} row(s) in {target}; "
-                f"data check needs at least {MIN_ROWS} train rows of a label"
-            )
-    if report.rows and not report.errors and not dry_run:
-        append_rows(target, report.rows)
-        report.written = True
-    return report
+    def _again(self, n: int, key: str, text: str, label: str) -> None:
+        """A reviewed row whose text an earlier reviewed row had: a duplicate, or both rows conflict."""
+        first_line, first = self.kept[key]
+        detail = f"{_kind(text, first['text'])} of {self.reviewed}:{first_line}"
+        if first["label"] == label and key not in self.conflicted:
+            self.report.skipped.append(Skip(n, "duplicate", detail, text))
+            return
+        self.report.skipped.append(
+            Skip(n, "conflict", f"{detail}, which is {first['label']}, here {label}", text)
+        )
+        if key not in self.conflicted:
+            self.conflicted.add(key)
+            again = f"{_kind(text, first['text'])} of {self.reviewed}:{n}, which is {label}"
+            self.report.skipped.append(Skip(first_line, "conflict", again, first["text"]))
 
 
 def _kind(text: str, other: str) -> str:

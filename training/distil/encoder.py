@@ -76,7 +76,7 @@ def distil_encoder(
     teacher's head; ``clause_weight`` > 0 adds the clauses-in-context target."""
     import torch
 
-    from training.distil.loop import head_divergence, length_batches, train_epochs
+    from training.distil.loop import length_batches, train_epochs
     from training.distil.shallow import teacher_head
 
     texts = list(texts)
@@ -89,55 +89,17 @@ def distil_encoder(
     batches = length_batches(student.tokenizer, texts, batch_size)
 
     t0 = time.perf_counter()
-    student.eval()
-    with torch.no_grad():
-        target = [targets[batch] for batch in batches]
-        first = torch.cat([_embed(student, [texts[i] for i in batch]) for batch in batches])
-    report(
-        f"distilling {len(texts)} texts ({target[0].shape[1]} dimensions in the teacher; the student has "
-        f"{first.shape[1]})"
-    )
-    linear = torch.nn.Linear(first.shape[1], target[0].shape[1], bias=False)
-    with torch.no_grad():  # the least-squares map from the student's first embeddings to the teacher's
-        # (gelsd: torch's default driver, gelsy, gave different maps run to run on one CPU)
-        linear.weight.copy_(torch.linalg.lstsq(first, torch.cat(target), driver="gelsd").solution.T)
+    target, linear = _start(student, texts, batches, targets, report)
+    loss = EncoderLoss(student, texts, batches, targets, target, linear, similarity_weight)
     head = teacher_head(texts, batches, target, labels or {}, head_params or {}) if head_weight else None
     if head is not None:
-        weight, bias = head
-        head_targets = [torch.log_softmax(t @ weight.T + bias, dim=1) for t in target]
+        loss.with_head(head, head_weight)
     clauses = clause_batches(student, texts, batches) if clause_weight else []
     if clauses:
         report(f"clauses in context: {sum(len(c[2]) for c in clauses if c)} clause targets")
-
-    def step(b: int):
-        features = student.preprocess([texts[i] for i in batches[b]])
-        out = student(features)
-        emb = torch.nn.functional.normalize(out["sentence_embedding"], dim=1)
-        mapped = torch.nn.functional.normalize(linear(emb), dim=1)
-        loss = ((mapped - target[b]) ** 2).sum(dim=1).mean()
-        parts = {"embedding": loss.detach().item()}
-        if similarity_weight:
-            sim = ((emb @ emb.T - target[b] @ target[b].T) ** 2).mean()
-            parts["similarities"] = sim.detach().item()
-            loss = loss + similarity_weight * sim
-        if head is not None:
-            kl = head_divergence(mapped, head, head_targets[b])
-            parts["teacher head"] = kl.detach().item()
-            loss = loss + head_weight * kl
-        if clauses and clauses[b] is not None:
-            rows, weights, which = clauses[b]
-            states = out["token_embeddings"][rows][:, : weights.shape[1]]
-            pooled = torch.einsum("ct,cth->ch", weights[:, : states.shape[1]], states)
-            pooled = torch.nn.functional.normalize(
-                linear(torch.nn.functional.normalize(pooled, dim=1)), dim=1
-            )
-            in_context = ((pooled - targets[which]) ** 2).sum(dim=1).mean()
-            parts["clauses in context"] = in_context.detach().item()
-            loss = loss + clause_weight * in_context
-        return loss, parts
-
+        loss.clauses, loss.clause_weight = clauses, clause_weight
     train_epochs(
-        step,
+        loss,
         student,
         learning_rate=learning_rate,
         freeze_embeddings=freeze_embeddings,
@@ -151,6 +113,78 @@ def distil_encoder(
         show_progress=show_progress,
     )
     return student
+
+
+def _start(student, texts: list[str], batches, targets, report: Reporter):
+    """Each batch's targets, and the linear map from the student's space to the teacher's, started at the
+    least-squares map from the student's first embeddings."""
+    import torch
+
+    student.eval()
+    with torch.no_grad():
+        target = [targets[batch] for batch in batches]
+        first = torch.cat([_embed(student, [texts[i] for i in batch]) for batch in batches])
+    report(
+        f"distilling {len(texts)} texts ({target[0].shape[1]} dimensions in the teacher; the student has "
+        f"{first.shape[1]})"
+    )
+    linear = torch.nn.Linear(first.shape[1], target[0].shape[1], bias=False)
+    with torch.no_grad():  # the least-squares map from the student's first embeddings to the teacher's
+        # (gelsd: torch's default driver, gelsy, gave different maps run to run on one CPU)
+        linear.weight.copy_(torch.linalg.lstsq(first, torch.cat(target), driver="gelsd").solution.T)
+    return target, linear
+
+
+class EncoderLoss:
+    """One batch's loss (the module docstring's targets) and its parts, called by the training loop:
+    the mapped embedding against the teacher's, their similarities, the teacher's head, and the clauses
+    read in context."""
+
+    def __init__(self, student, texts, batches, targets, target, linear, similarity_weight: float):
+        self.student, self.texts, self.batches = student, texts, batches
+        self.targets, self.target, self.linear = targets, target, linear
+        self.similarity_weight = similarity_weight
+        self.head = None
+        self.head_weight = 0.0
+        self.clauses: list = []
+        self.clause_weight = 0.0
+
+    def with_head(self, head, weight: float) -> None:
+        import torch
+
+        self.head, self.head_weight = head, weight
+        w, bias = head
+        self.head_targets = [torch.log_softmax(t @ w.T + bias, dim=1) for t in self.target]
+
+    def __call__(self, b: int):
+        import torch
+
+        from training.distil.loop import head_divergence
+
+        normalize = torch.nn.functional.normalize
+        out = self.student(self.student.preprocess([self.texts[i] for i in self.batches[b]]))
+        emb = normalize(out["sentence_embedding"], dim=1)
+        mapped = normalize(self.linear(emb), dim=1)
+        target = self.target[b]
+        loss = ((mapped - target) ** 2).sum(dim=1).mean()
+        parts = {"embedding": loss.detach().item()}
+        if self.similarity_weight:
+            sim = ((emb @ emb.T - target @ target.T) ** 2).mean()
+            parts["similarities"] = sim.detach().item()
+            loss = loss + self.similarity_weight * sim
+        if self.head is not None:
+            kl = head_divergence(mapped, self.head, self.head_targets[b])
+            parts["teacher head"] = kl.detach().item()
+            loss = loss + self.head_weight * kl
+        if self.clauses and self.clauses[b] is not None:
+            rows, weights, which = self.clauses[b]
+            states = out["token_embeddings"][rows][:, : weights.shape[1]]
+            pooled = torch.einsum("ct,cth->ch", weights[:, : states.shape[1]], states)
+            pooled = normalize(self.linear(normalize(pooled, dim=1)), dim=1)
+            in_context = ((pooled - self.targets[which]) ** 2).sum(dim=1).mean()
+            parts["clauses in context"] = in_context.detach().item()
+            loss = loss + self.clause_weight * in_context
+        return loss, parts
 
 
 def clause_batches(student, texts: Sequence[str], batches: Sequence[Sequence[int]]) -> list:

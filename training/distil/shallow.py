@@ -71,7 +71,7 @@ def distil_body(
     weights is largest (``narrow_ffn``)."""
     import torch
 
-    from training.distil.loop import head_divergence, length_batches, train_epochs
+    from training.distil.loop import length_batches, train_epochs
 
     texts = list(dict.fromkeys(texts))
     if not texts:
@@ -83,16 +83,59 @@ def distil_body(
         check_ffn_width(ffn_width, student[0].auto_model.config.intermediate_size)
     torch.manual_seed(seed)
     batches = length_batches(teacher.tokenizer, texts, batch_size)
-    # student layer k stands for teacher layers layers[k] .. layers[k + 1] - 1: its output should be the
-    # teacher's hidden state after the last of them (hidden_states[0] is the embedding layer's output);
-    # layers out of order have no such spans, so only the last states are matched
-    if list(layers) == sorted(layers):
-        pairs = [(k + 1, end) for k, end in enumerate([*layers[1:], n_teacher])]
-    else:
-        pairs = [(len(layers), n_teacher)]
-    pairs = pairs if hidden_weight > 0 else []
+    pairs = _layer_pairs(layers, n_teacher) if hidden_weight > 0 else []
 
     t0 = time.perf_counter()
+    targets, scales = _teacher_targets(teacher, student, texts, batches, pairs, layers, ffn_width, report)
+    report(f"distillation targets from the teacher: {time.perf_counter() - t0:.0f}s")
+    loss = ShallowLoss(student, targets, pairs, scales, hidden_weight)
+    head = (
+        teacher_head(texts, batches, [t[1] for t in targets], labels or {}, head_params or {})
+        if head_weight
+        else None
+    )
+    if head is not None:  # the teacher's log-probabilities, once per batch
+        loss.with_head(head, head_weight)
+        report(f"teacher head on {len(labels or {})} labeled texts: {time.perf_counter() - t0:.0f}s")
+    clause_targets = (
+        _clause_targets(teacher, texts, batches, [t[0] for t in targets]) if clause_weight > 0 else []
+    )
+    if clause_targets:
+        n = sum(len(c[0]) for c in clause_targets if c is not None)
+        report(f"clauses in context: {n} clause targets, {time.perf_counter() - t0:.0f}s")
+        loss.clause_targets, loss.clause_weight = clause_targets, clause_weight
+    train_epochs(
+        loss,
+        student,
+        learning_rate=learning_rate,
+        freeze_embeddings=freeze_embeddings,
+        dropout=dropout,
+        batches=len(batches),
+        epochs=epochs,
+        seed=seed,
+        started=t0,
+        report=report,
+        show_progress=show_progress,
+    )
+    return student
+
+
+def _layer_pairs(layers: Sequence[int], n_teacher: int) -> list[tuple[int, int]]:
+    """(student hidden state, teacher hidden state) pairs to match. Student layer k stands for teacher
+    layers layers[k] .. layers[k + 1] - 1: its output should be the teacher's hidden state after the last
+    of them (hidden_states[0] is the embedding layer's output); layers out of order have no such spans,
+    so only the last states are matched."""
+    if list(layers) == sorted(layers):
+        return [(k + 1, end) for k, end in enumerate([*layers[1:], n_teacher])]
+    return [(len(layers), n_teacher)]
+
+
+def _teacher_targets(teacher, student, texts, batches, pairs, layers, ffn_width, report: Reporter):
+    """Per batch (features, the teacher's embedding, its token states for each layer pair in float16),
+    and each pair's mean square state; with ``ffn_width``, the student's feed-forward layers narrowed on
+    the teacher's activity meanwhile."""
+    import torch
+
     teacher.eval()
     targets = []
     activity = _FfnActivity(teacher, layers) if ffn_width is not None else None
@@ -114,65 +157,59 @@ def distil_body(
         _mean_square([tgt[2][j] for tgt in targets], [tgt[0]["attention_mask"] for tgt in targets])
         for j in range(len(pairs))
     ]
-    report(f"distillation targets from the teacher: {time.perf_counter() - t0:.0f}s")
-    head = (
-        teacher_head(texts, batches, [t[1] for t in targets], labels or {}, head_params or {})
-        if head_weight
-        else None
-    )
-    if head is not None:  # the teacher's log-probabilities, once per batch
-        weight, bias = head
-        head_targets = [torch.log_softmax(t[1] @ weight.T + bias, dim=1) for t in targets]
-        report(f"teacher head on {len(labels or {})} labeled texts: {time.perf_counter() - t0:.0f}s")
-    clause_targets = (
-        _clause_targets(teacher, texts, batches, [t[0] for t in targets]) if clause_weight > 0 else []
-    )
-    if clause_targets:
-        n = sum(len(c[0]) for c in clause_targets if c is not None)
-        report(f"clauses in context: {n} clause targets, {time.perf_counter() - t0:.0f}s")
+    return targets, scales
 
-    def step(b: int):
-        features, target, target_states = targets[b]
-        emb, states = _forward(student, features)
+
+class ShallowLoss:
+    """One batch's loss and its parts, called by the training loop: the embedding, the token states of the
+    layer pairs, the clauses read in context, and the teacher's head."""
+
+    def __init__(self, student, targets, pairs, scales, hidden_weight: float):
+        self.student, self.targets, self.pairs, self.scales = student, targets, pairs, scales
+        self.hidden_weight = hidden_weight
+        self.clause_targets: list = []
+        self.clause_weight = 0.0
+        self.head = None
+        self.head_weight = 0.0
+
+    def with_head(self, head, weight: float) -> None:
+        import torch
+
+        self.head, self.head_weight = head, weight
+        w, bias = head
+        self.head_targets = [torch.log_softmax(t[1] @ w.T + bias, dim=1) for t in self.targets]
+
+    def __call__(self, b: int):
+        import torch
+
+        from training.distil.loop import head_divergence
+
+        features, target, target_states = self.targets[b]
+        emb, states = _forward(self.student, features)
         loss = ((emb - target) ** 2).sum(dim=1).mean()
         parts = {"embedding loss": loss.detach().item(), "token states": 0.0}
-        if pairs:
+        if self.pairs:
             mask = features["attention_mask"].unsqueeze(-1).to(emb.dtype)
             hidden = sum(
                 (((states[s] - t.float()) ** 2) * mask).sum() / (mask.sum() * t.shape[-1]) / scale
-                for (s, _), t, scale in zip(pairs, target_states, scales, strict=True)
-            ) / len(pairs)
+                for (s, _), t, scale in zip(self.pairs, target_states, self.scales, strict=True)
+            ) / len(self.pairs)
             parts["token states"] = hidden.detach().item()
-            loss = loss + hidden_weight * hidden
-        if clause_targets:
+            loss = loss + self.hidden_weight * hidden
+        if self.clause_targets:
             parts["clauses in context"] = 0.0
-            if clause_targets[b] is not None:
-                rows, weights, target_clauses = clause_targets[b]
+            if self.clause_targets[b] is not None:
+                rows, weights, target_clauses = self.clause_targets[b]
                 pooled = torch.einsum("ct,cth->ch", weights, states[-1][rows])
                 pooled = torch.nn.functional.normalize(pooled, dim=1)
                 clauses = ((pooled - target_clauses) ** 2).sum(dim=1).mean()
                 parts["clauses in context"] = clauses.detach().item()
-                loss = loss + clause_weight * clauses
-        if head is not None:
-            kl = head_divergence(emb, head, head_targets[b])
+                loss = loss + self.clause_weight * clauses
+        if self.head is not None:
+            kl = head_divergence(emb, self.head, self.head_targets[b])
             parts["teacher head"] = kl.detach().item()
-            loss = loss + head_weight * kl
+            loss = loss + self.head_weight * kl
         return loss, parts
-
-    train_epochs(
-        step,
-        student,
-        learning_rate=learning_rate,
-        freeze_embeddings=freeze_embeddings,
-        dropout=dropout,
-        batches=len(batches),
-        epochs=epochs,
-        seed=seed,
-        started=t0,
-        report=report,
-        show_progress=show_progress,
-    )
-    return student
 
 
 class _FfnActivity:

@@ -8,8 +8,10 @@ import platform
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from eval.metrics.calibration import softmax, summary
 from eval.metrics.evaluator import split_metrics
@@ -41,6 +43,19 @@ VERSIONED_PACKAGES = (
 )
 
 Reporter = Callable[[str], None]
+# the config's fields the manifest records elsewhere (its name and languages, the data files)
+NOT_HYPERPARAMETERS = (
+    "name",
+    "languages",
+    "train_file",
+    "more_train_files",
+    "heads_only_file",
+    "dev_file",
+    "test_file",
+    "compound_train_file",
+    "compound_dev_file",
+    "compound_test_file",
+)
 
 
 def _data_digest(paths: Sequence[Path]) -> dict[str, str]:
@@ -54,7 +69,41 @@ def train(
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     out_dir = Path(out_dir)
     t_start = time.perf_counter()
+    data = _read_corpus(config, report)
+    n_train = len(data.train_rows)
+    model = IntentModel(config).fit(
+        data.fit_rows.texts,
+        data.fit_rows.labels,
+        report,
+        show_progress,
+        secondary=data.fit_rows.secondary,
+        body=[i < n_train for i in range(len(data.fit_rows))],
+        head_repeats=data.repeats,
+    )
+    calib, metrics, calib_seconds = _calibrate(model, data, config, report)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save(out_dir / CHECKPOINT_DIR)
+    manifest = _manifest(config, model, data, calib, metrics, calib_seconds, t_start)
+    manifest.save(out_dir)
+    return manifest
 
+
+@dataclass
+class _Corpus:
+    """The rows a training run reads: ``fit_rows`` are the train rows, then the heads-only rows (together
+    ``head_rows``), then the compound train rows; ``repeats`` says how often each counts in the head."""
+
+    train_rows: Any
+    heads_only: Any
+    dev_rows: Any
+    test_rows: Any
+    compound: dict
+    head_rows: Any
+    fit_rows: Any
+    repeats: list[int]
+
+
+def _read_corpus(config: TrainConfig, report: Reporter) -> _Corpus:
     # the model's labels are the train file's: its intents, and the reserved labels it uses; an intent
     # the router config defines by examples (router.examples) becomes a class, its examples its rows
     train_rows = _with_example_intents(load_labeled(config.train_file), config.router_config, report)
@@ -90,17 +139,15 @@ def train(
     repeats = [
         config.heads_only_weight if len(train_rows) <= i < len(head_rows) else 1 for i in range(len(fit_rows))
     ]
-    model = IntentModel(config).fit(
-        fit_rows.texts,
-        fit_rows.labels,
-        report,
-        show_progress,
-        secondary=fit_rows.secondary,
-        body=[i < len(train_rows) for i in range(len(fit_rows))],
-        head_repeats=repeats,
-    )
-    labels = model.labels
+    return _Corpus(train_rows, heads_only, dev_rows, test_rows, compound, head_rows, fit_rows, repeats)
+
+
+def _calibrate(model: IntentModel, data: _Corpus, config: TrainConfig, report: Reporter):
+    """The temperature fitted on dev (and the compound dev rows), the dev and test metrics before and
+    after it, and the seconds that took."""
     t0 = time.perf_counter()
+    dev_rows, test_rows, compound = data.dev_rows, data.test_rows, data.compound
+    labels = model.labels
     cal_rows = _joined(dev_rows, compound["dev"])
     temperature = model.calibrate(cal_rows.texts, cal_rows.labels, cal_rows.secondary)
     # fitted_on: "prior" when dev could not place the temperature (training.fit.calibrate)
@@ -130,8 +177,18 @@ def train(
             f"{config.compound_max_single:.1%} of dev single-intent messages compound)"
         )
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.save(out_dir / CHECKPOINT_DIR)
+    return calib, metrics, calib_seconds
+
+
+def _manifest(config, model, data: _Corpus, calib, metrics, calib_seconds: float, t_start: float) -> Manifest:
+    """The manifest of a trained model: what it was trained on and with, its calibration and heads."""
+    train_rows, heads_only, dev_rows, test_rows = (
+        data.train_rows,
+        data.heads_only,
+        data.dev_rows,
+        data.test_rows,
+    )
+    compound, head_rows, repeats, labels = data.compound, data.head_rows, data.repeats, model.labels
     data_files = [config.train_file, *config.more_train_files]
     data_files += [*config.heads_only_files, config.dev_file]
     data_files += [config.test_file] if config.test_file else []
@@ -144,21 +201,7 @@ def train(
         languages=list(config.languages),
         max_seq_length=config.max_seq_length,
         training={
-            "hyperparameters": config.model_dump(
-                mode="json",
-                exclude={
-                    "name",
-                    "languages",
-                    "train_file",
-                    "more_train_files",
-                    "heads_only_file",
-                    "dev_file",
-                    "test_file",
-                    "compound_train_file",
-                    "compound_dev_file",
-                    "compound_test_file",
-                },
-            ),
+            "hyperparameters": config.model_dump(mode="json", exclude=set(NOT_HYPERPARAMETERS)),
             "data": {
                 "files": _data_digest(data_files),
                 "rows": {
@@ -187,7 +230,6 @@ def train(
         in_scope=_in_scope_section(model),
         compound=_compound_section(model),
     )
-    manifest.save(out_dir)
     return manifest
 
 
