@@ -9,8 +9,8 @@ import pytest
 from eval.metrics.evaluator import run_evaluation
 from eval.metrics.routed import PredictorClassifier, decide, routed_rows
 from eval.metrics.two_intent import compound_metrics, predicted_intents
-from eval.reports.files import load_schema
 from eval.reports.gate import DEFAULT_POLICY, gate_passed, gate_rows, make_baseline, run_gate
+from eval.reports.report_files import load_schema
 from router.config import RouterConfig
 from router.routing import Router
 from tests.conftest import TINY

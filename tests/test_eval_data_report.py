@@ -8,8 +8,8 @@ import pytest
 from eval.metrics.evaluator import run_evaluation
 from eval.readers.loader import load_labeled, load_unlabeled
 from eval.readers.sources import DataError
-from eval.reports.files import load_report, load_schema, write_report
 from eval.reports.gate import write_baseline
+from eval.reports.report_files import load_report, load_schema, write_report
 from tests.conftest import TINY
 from tests.json_schema_check import mini_validate, validate_json
 from tests.verifier_support import OracleVerifier

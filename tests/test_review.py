@@ -14,7 +14,6 @@ from typer.testing import CliRunner
 
 from cli import app
 from eval.review.clusters import kmeans
-from eval.review.files import label_studio_tasks, read_csv_queue, row_of
 from eval.review.queue import (
     Entry,
     compound_checks,
@@ -25,6 +24,7 @@ from eval.review.queue import (
     round_robin,
     select,
 )
+from eval.review.queue_files import label_studio_tasks, read_csv_queue, row_of
 from router.compound import stacked_scores
 from router.decision_log import DecisionLog, config_hash, read_log
 from router.manifest import load_manifest

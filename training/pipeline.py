@@ -107,7 +107,7 @@ def evaluate_model(
     load_predictor), run eval's evaluator on ``data`` and, with ``out``, write eval.json, report.md and
     the plots there. ``options`` go to eval.metrics.evaluator.run_evaluation (oos, threshold, columns, ...)."""
     from eval.metrics.evaluator import run_evaluation
-    from eval.reports.files import write_report
+    from eval.reports.report_files import write_report
     from router.shipped import default_model_dir
     from training.measure.backends import load_predictor
 

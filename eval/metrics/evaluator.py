@@ -5,7 +5,7 @@ compound requests (eval.metrics.two_intent) and latency of any Predictor (an obj
 ``split_metrics`` scores probabilities already computed (training's manifest metrics);
 ``evaluate`` scores a predictor on loaded data (the metric sections of a report, and the benchmarks);
 ``run_evaluation`` loads the data files and adds the model, data and environment sections, giving the
-report that eval.reports.files writes (schema eval/reports/schema/eval_report.schema.json).
+report that eval.reports.report_files writes (schema eval/reports/schema/eval_report.schema.json).
 """
 
 from __future__ import annotations

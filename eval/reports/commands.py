@@ -25,7 +25,7 @@ def gate(
     as_json: Annotated[bool, Opt("--json", help="Print the checks as JSON.")] = False,
 ) -> None:
     """CI gate: exit 1 when accuracy, macro-F1, a class F1, ECE, accepted accuracy, out-of-scope or compound-request figures regress past the baseline's limits."""
-    from eval.reports.files import ReportError, load_report
+    from eval.reports.report_files import ReportError, load_report
     from eval.reports.gate import (
         GATE_COLUMNS,
         GateError,

@@ -74,14 +74,14 @@ def review(
 ) -> None:
     """Pick the logged messages worth labelling: unsure, disputed or borderline decisions and a slice of
     confident ones, deduplicated and spread over clusters of the model's embedding."""
-    from eval.review.files import (
+    from eval.review.queue import select
+    from eval.review.queue_files import (
         model_embedder,
         pre_label,
         row_of,
         write_label_studio,
         write_queue,
     )
-    from eval.review.queue import select
     from router.config import RouterConfig
     from router.routing import Router
 
@@ -119,7 +119,7 @@ def review(
 
 
 def _check_options(budget: int, confident_share: float, fmt: str, data_dir: Path | None) -> None:
-    from eval.review.files import FORMATS
+    from eval.review.queue_files import FORMATS
 
     if budget < 1:
         raise fail(f"--budget must be at least 1, got {budget}", code=2)
@@ -133,8 +133,8 @@ def _check_options(budget: int, confident_share: float, fmt: str, data_dir: Path
 
 def _records(log: Path) -> Iterator[dict]:
     """The log's records, the first read now so that a missing or empty log fails before the model loads."""
-    from eval.review.files import read_records
     from eval.review.queue import ReviewError
+    from eval.review.queue_files import read_records
 
     try:
         records = read_records(log)

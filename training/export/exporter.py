@@ -15,11 +15,7 @@ import numpy as np
 
 from router.manifest import Manifest, ModelError, file_entry, load_manifest
 from training.export.example_embeddings import add_embeddings
-from training.export.half_storage import HALF_DESCRIPTION, store_half
-from training.export.int8_search import best_int8
-from training.export.options import ExportOptions
-from training.export.parity import ParityError, ParityText, load_parity_text, reference
-from training.export.run import (
+from training.export.export_run import (
     CLAUSE_READER_FILE,
     PLAIN_FP32,
     TOKENIZER_FILE,
@@ -27,6 +23,10 @@ from training.export.run import (
     ExportRun,
     train_file,
 )
+from training.export.half_storage import HALF_DESCRIPTION, store_half
+from training.export.int8_search import best_int8
+from training.export.options import ExportOptions
+from training.export.parity import ParityError, ParityText, load_parity_text, reference
 from training.export.torch_graph import known_export_noise_silenced, write_fp32
 from training.fit.checkpoints import checkpoint_of
 from training.fit.intent_model import IntentModel

@@ -10,10 +10,10 @@ import time
 from collections.abc import Sequence
 
 from router.manifest import Manifest, Variant
+from training.export.export_run import PLAIN_FP32, VARIANT_FILES, ExportRun, train_file
 from training.export.half_storage import HALF_INT8, store_half
 from training.export.parity import PARITY_BATCH, margin_shortfalls
 from training.export.recipes import kept_count, quantize, rank_sensitivity
-from training.export.run import PLAIN_FP32, VARIANT_FILES, ExportRun, train_file
 from training.export.torch_graph import onnx_feeds
 
 CALIBRATION_TEXTS = 256  # training texts for the sensitivity pass of the -keepK recipes
