@@ -35,9 +35,14 @@ class Server:
     """``intent-router serve`` in its own process on a free loopback port, its output in a log file."""
 
     def __init__(
-        self, *args: str, wait_ready: bool = True, tmp: Path | None = None, model: Path = SHIPPED
+        self,
+        *args: str,
+        wait_ready: bool = True,
+        tmp: Path | None = None,
+        model: Path = SHIPPED,
+        port: int | None = None,
     ) -> None:
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = (tmp or Path("/tmp")) / f"serve-{self.port}.log"
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "INTENT_ROUTER_THREADS": "1"}

@@ -434,6 +434,47 @@ def test_two_workers_serve_aggregate_metrics_and_reload_together(tmp_path):
     assert len(list(read_log(log))) == sent
 
 
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie, exited but not yet reaped, holds no socket)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in status
+
+
+@pytest.mark.slow
+def test_workers_stop_when_their_supervisor_is_killed_and_a_new_serve_takes_the_port(tmp_path):
+    s = Server("--workers", "2", tmp=tmp_path)
+    pids: set[int] = set()
+
+    def both_ready() -> bool:  # a new connection each time: either worker may accept it
+        r = httpx.get(f"{s.url}/readyz", headers={"Connection": "close"}, timeout=10)
+        if r.status_code == 200:
+            pids.add(r.json()["pid"])
+        return len(pids) == 2
+
+    try:
+        wait_for(both_ready, what="both workers ready")
+        os.kill(s.proc.pid, signal.SIGKILL)  # the supervisor cannot pass this on to its workers
+        s.proc.wait()
+        killed = time.monotonic()
+        wait_for(lambda: not any(_running(p) for p in pids), timeout=5, what="the workers gone")
+        gone = time.monotonic() - killed
+        assert f"the supervisor (pid {s.proc.pid}) is gone: this worker stops" in s.output()
+    finally:
+        s.stop()
+        for pid in pids:  # a failed test leaves no worker behind
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
+    again = Server(tmp=tmp_path, port=s.port)  # the port is free again
+    try:
+        assert again.route({"role": "viewer", "message": "where is the travel policy"}).status_code == 200
+    finally:
+        assert again.stop() == 0
+    assert gone < 5
+
+
 def test_a_redaction_hook_in_the_working_directory_imports_without_pythonpath(tmp_path, monkeypatch):
     """`serve --decision-log-redact mymod:fn` run from the folder that holds mymod.py, as a user writes it."""
     from router.serve.state import redaction_hook

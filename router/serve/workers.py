@@ -12,6 +12,9 @@ its own Router and accepts connections on the shared socket. The supervisor then
   fail the same way again);
 - on SIGTERM/SIGINT sends SIGTERM to the workers, which finish their requests in flight
   (``graceful_timeout``), and removes the run directory.
+
+A worker whose supervisor is gone (killed with SIGKILL, which it cannot handle) stops by itself within
+``SUPERVISOR_POLL`` seconds, as on SIGTERM, so the port is freed for the next ``serve``.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import shutil
 import signal
 import socket
 import tempfile
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -33,6 +37,7 @@ from router.serve.settings import ServeSettings
 log = logging.getLogger("intent_router.serve")
 QUICK_EXIT = 10.0  # seconds
 QUICK_EXITS = 3
+SUPERVISOR_POLL = 0.5  # seconds between a worker's checks that its supervisor is alive
 
 
 def run(settings: ServeSettings) -> int:
@@ -106,12 +111,29 @@ def _worker(settings: ServeSettings, sock: socket.socket) -> None:
     """A worker process: its own app and Router, serving on the supervisor's socket."""
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until the app's handler reloads on it
     _configure_logging(settings)
+    _stop_with(os.getppid(), settings.graceful_timeout)
     import uvicorn
 
     from router.serve.app import create_app
 
     config = uvicorn.Config(create_app(settings), **_uvicorn_options(settings))
     _server(config).run(sockets=[sock])
+
+
+def _stop_with(supervisor: int, graceful_timeout: float, poll: float = SUPERVISOR_POLL) -> None:
+    """Watch the supervisor from a daemon thread. A supervisor killed with SIGKILL cannot stop its
+    workers, and they would go on holding the port: once this process has another parent, it stops as
+    on SIGTERM (requests in flight get ``graceful_timeout``), and exits outright if that hangs."""
+
+    def watch() -> None:
+        while os.getppid() == supervisor:
+            time.sleep(poll)
+        log.warning("the supervisor (pid %d) is gone: this worker stops", supervisor)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(graceful_timeout + 5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="supervisor-watch", daemon=True).start()
 
 
 def _supervise(settings: ServeSettings) -> int:
