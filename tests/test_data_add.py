@@ -186,6 +186,23 @@ def _write_json(path: Path, data) -> Path:
     return path
 
 
+def test_near_duplicates_fold_digits_as_the_review_queue_does(tmp_path, corpus):
+    """A message that differs from a training or evaluation row only in its numbers is the repeat the
+    review queue deduplicates, so data add skips it too."""
+    rows = [
+        {"text": "Book a room for Monday at 2", "label": "ACTION"},  # train:7 but for the day's number
+        {"text": "book a room for friday at 11", "label": "ACTION"},  # train:7, another hour
+        {"text": "Where is the Q4 vendor-contract?", "label": "SEARCH"},  # train:2, q3 -> q4
+        {"text": "find the Q7 deck and email it to Sam", "label": "ACTION"},  # compound/dev, q2 -> q7
+    ]
+    report = _add(_review(tmp_path, rows), corpus)
+    skipped = {s.line: (s.reason, s.detail) for s in report.skipped}
+    assert skipped[2] == ("duplicate", "near-duplicate of " + str(corpus / "train.jsonl") + ":7")
+    assert skipped[3][0] == "duplicate" and skipped[3][1].endswith("train.jsonl:2")
+    assert skipped[4][0] == "leak" and skipped[4][1].endswith(str(Path("compound") / "dev.jsonl:1"))
+    assert [r["text"] for r in report.rows] == ["Book a room for Monday at 2"]
+
+
 def test_rows_overlapping_an_evaluation_file_are_refused(tmp_path, corpus):
     rows = [
         {"text": "Locate the security audit from March", "label": "SEARCH"},  # dev

@@ -4,7 +4,9 @@ Each reviewed row needs a non-empty ``text`` and a ``label``; other fields (``su
 ``reviewer``, ``model_id``...) are dropped, except ``kind``, which is kept, and ``id``, which is kept as
 ``review_id``. A label must be one of the target file's labels (or, for an empty or new target, those of
 ``train.jsonl`` in the data directory), a reserved label (OUT_OF_SCOPE, CONTINUATION) or one allowed by
-name. Rows are compared by ``data check``'s duplicate key (training.corpus.labelled.normalize_text):
+name. Rows are compared by the review queue's near-duplicate key (eval.review.queue.normalise: case,
+punctuation and apostrophes folded, every run of digits one '0'), so that a message ``review`` counts as
+a repeat is one here too:
 
 - a row whose key is that of a row of an evaluation file in the data directory (dev, test, blind, oos,
   compound/*, conversations/*) is skipped as a leak, so the evaluation splits stay clean;
@@ -31,6 +33,7 @@ from datetime import date
 from pathlib import Path
 
 from eval.readers.sources import iter_jsonl
+from eval.review.queue import normalise
 from training.corpus.compound_rows import compound_files, is_compound_file
 from training.corpus.label_set import MIN_ROWS
 from training.corpus.labelled import (
@@ -38,7 +41,6 @@ from training.corpus.labelled import (
     is_unlabeled_file,
     leaks,
     load_examples,
-    normalize_text,
     split_of,
 )
 from training.corpus.reviewed import KEPT_FIELDS, DataAddError, read_reviewed, row_problem
@@ -111,9 +113,10 @@ class AddReport:
 
 
 def duplicate_key(text: str) -> str:
-    """The key ``data check`` groups duplicates by: the normalised text, or, for a text that normalises to
-    nothing (punctuation or emoji only), the stripped text itself."""
-    return normalize_text(text) or "\x00" + text.strip()
+    """The key reviewed rows are compared by: the review queue's near-duplicate key, which folds digits
+    ("book room 4" is a repeat of "Book room 12!"); for a text that normalises to nothing (punctuation or
+    emoji only), the stripped text itself."""
+    return normalise(text)
 
 
 def _texts(path: Path) -> list[tuple[int, str]]:
