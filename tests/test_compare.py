@@ -14,9 +14,11 @@ import pytest
 from typer.testing import CliRunner
 
 from eval.compare.figures import (
+    P99_MIN_SAMPLES,
     CompareError,
     Routed,
     Rule,
+    latency_checks,
     mcnemar_chi2,
     mcnemar_exact,
     min_discordant,
@@ -153,6 +155,57 @@ def test_rows_right_confident_mistakes_and_per_class():
     assert rows["ACTION"]["f1"]["incumbent"] == pytest.approx(2 / 3)  # 1 right, 2 routed to ACTION
     assert rows["OUT_OF_SCOPE"]["f1"] is None and rows["(no intent)"]["n"] == 2
     assert inc.figures()["latency_ms"]["p50"] == 1.0 and cand.figures()["confident_mistakes"] == 1
+
+
+def _timed(ms: list[float]) -> Routed:
+    return Routed(["SEARCH"] * len(ms), ["SEARCH"] * len(ms), ["confident"] * len(ms), ms)
+
+
+def test_a_slower_candidate_fails_the_latency_checks():
+    """A candidate 2.2x slower at p50 passes every other check but not this one; p99 counts from 100
+    messages on; a limit of 0 turns a check off."""
+    inc = _timed([1.0 + 0.001 * i for i in range(120)])
+    slow = _timed([2.2 * (1.0 + 0.001 * i) for i in range(120)])
+    checks = {c.name: c for c in latency_checks(Rule(), inc, slow)}
+    assert not checks["latency_p50"].passed and checks["latency_p50"].value == pytest.approx(2.2)
+    assert not checks["latency_p99"].passed  # 2.2 > 2.0
+    assert all(c.passed for c in latency_checks(Rule(), inc, _timed(list(inc.ms))))
+    assert [c.name for c in latency_checks(Rule(max_p50_ratio=0, max_p99_ratio=0), inc, slow)] == []
+    tail = _timed([*inc.ms[:-3], 9.0, 9.0, 9.0])  # the same median, a slow tail
+    checks = {c.name: c for c in latency_checks(Rule(), inc, tail)}
+    assert checks["latency_p50"].passed and not checks["latency_p99"].passed
+    few = P99_MIN_SAMPLES - 1
+    checks = {c.name: c for c in latency_checks(Rule(), _timed(inc.ms[:few]), _timed(tail.ms[-few:]))}
+    assert checks["latency_p99"].passed and "not checked" in checks["latency_p99"].detail
+    with pytest.raises(CompareError, match="--max-p50-ratio"):
+        Rule(max_p50_ratio=0.5).check()
+
+
+def test_notes_name_a_split_a_model_was_built_on_and_rows_the_review_queue_picked(tmp_path):
+    """data/dev.jsonl calibrated the shipped model (its sha256 is in the manifest), review rows carry
+    'why': both are said; the test split, which no model was fitted on, is not."""
+    import hashlib
+
+    from eval.compare.data_notes import data_notes
+
+    def entry(path):
+        return {"source": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+
+    reviewed = tmp_path / "queue.jsonl"
+    rows = [
+        {"text": "cheaper please", "label": "CONTINUATION", "why": "unsure"},
+        {"text": "hi", "label": "X"},
+    ]
+    reviewed.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    files = [entry(ROOT / "data" / "dev.jsonl"), entry(ROOT / "data" / "test.jsonl"), entry(reviewed)]
+    notes = data_notes(files, {"incumbent": SHIPPED, "candidate": FAST})
+    dev = [n for n in notes if n.startswith(str(ROOT / "data" / "dev.jsonl"))]
+    assert any("the incumbent's calibration split" in n for n in dev)
+    assert not any(n.startswith(str(ROOT / "data" / "test.jsonl")) for n in notes)
+    assert [n for n in notes if n.startswith(str(reviewed))] == [
+        f"{reviewed}: 1 row(s) carry the review queue's fields: picked from the incumbent's least sure "
+        "answers, which favours any candidate; add rows drawn at random from traffic"
+    ]
 
 
 def _router(labels, intents):

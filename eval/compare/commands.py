@@ -32,6 +32,10 @@ def compare(
     confident_tolerance: float = Opt(
         1.0, help="Extra confident mistakes (wrong and accepted at the threshold) allowed per 1000 messages."
     ),
+    max_p50_ratio: float = Opt(
+        1.5, help="The candidate's route() p50 may be at most this many times the incumbent's (0: no check)."
+    ),
+    max_p99_ratio: float = Opt(2.0, help="The same for p99, checked on 100 messages or more (0: no check)."),
     allow_label_change: bool = Opt(
         False, "--allow-label-change", help="Compare models whose labels differ on the labels they share."
     ),
@@ -58,7 +62,13 @@ def compare(
             data,
             config=config,
             candidate_config=candidate_config,
-            rule=Rule(margin=margin, alpha=alpha, confident_tolerance=confident_tolerance),
+            rule=Rule(
+                margin=margin,
+                alpha=alpha,
+                confident_tolerance=confident_tolerance,
+                max_p50_ratio=max_p50_ratio,
+                max_p99_ratio=max_p99_ratio,
+            ),
             allow_label_change=allow_label_change,
             report=(lambda _: None) if as_json else say,
         )

@@ -8,7 +8,8 @@ row the router accepted at its threshold (reason ``confident``, ``confident_comp
 The errors are paired per message: ``n01`` rows the incumbent gets right and the candidate wrong, ``n10``
 the reverse. McNemar's exact test is the two-sided binomial test of ``min(n01, n10)`` in ``n01 + n10``
 trials with p = 1/2; the continuity-corrected chi-square (1 degree of freedom) is given beside it for
-reference. ``Rule`` and ``verdict`` decide pass or fail (``Rule.text`` states the rule).
+reference. ``Rule``, ``verdict`` and ``latency_checks`` decide pass or fail (``Rule.text`` states the
+rule).
 eval.compare.report routes the messages through both models and writes the report.
 """
 
@@ -83,6 +84,8 @@ class Rule:
     margin: float = 0.0
     alpha: float = 0.05
     confident_tolerance: float = 1.0
+    max_p50_ratio: float = 1.5
+    max_p99_ratio: float = 2.0
 
     def check(self) -> None:
         if not (0.0 <= self.margin < 1.0):
@@ -91,6 +94,9 @@ class Rule:
             raise CompareError(f"--alpha must be in (0, 1), got {self.alpha}")
         if not (self.confident_tolerance >= 0.0 and math.isfinite(self.confident_tolerance)):
             raise CompareError(f"--confident-tolerance must be >= 0, got {self.confident_tolerance}")
+        for name, ratio in (("--max-p50-ratio", self.max_p50_ratio), ("--max-p99-ratio", self.max_p99_ratio)):
+            if not (ratio == 0 or (ratio >= 1.0 and math.isfinite(ratio))):
+                raise CompareError(f"{name} must be 0 (no check) or at least 1, got {ratio}")
 
     def allowed_extra(self, n: int) -> float:
         """Extra confident mistakes allowed on ``n`` messages."""
@@ -100,7 +106,9 @@ class Rule:
         return (
             f"PASS when (1) candidate accuracy >= incumbent accuracy - {self.margin:g}, "
             f"(2) no significant excess of errors (fails when McNemar exact p < {self.alpha:g} and n01 > n10), "
-            f"(3) confident mistakes rise by at most {self.confident_tolerance:g} per 1000 messages"
+            f"(3) confident mistakes rise by at most {self.confident_tolerance:g} per 1000 messages, "
+            f"(4) route() p50 at most {self.max_p50_ratio:g}x and p99 at most {self.max_p99_ratio:g}x the "
+            "incumbent's (0: not checked)"
         )
 
 
@@ -151,6 +159,30 @@ def verdict(
     ]
 
 
+P99_MIN_SAMPLES = 100  # below this, p99 is about the slowest message: a ratio of two maxima, not checked
+
+
+def latency_checks(rule: Rule, incumbent: Routed, candidate: Routed) -> list[Check]:
+    """The candidate's route() p50 and p99 against the incumbent's, timed interleaved on the same messages
+    (eval.compare.report.route_both). A limit of 0 turns its check off."""
+    checks = []
+    for q, limit in ((50, rule.max_p50_ratio), (99, rule.max_p99_ratio)):
+        if not limit:
+            continue
+        a, b = percentile(incumbent.ms, q), percentile(candidate.ms, q)
+        ratio = b / a if a and b is not None else 1.0
+        n = len(candidate.ms)
+        if q == 99 and n < P99_MIN_SAMPLES:
+            detail = (
+                f"p99 not checked on {n} messages (at least {P99_MIN_SAMPLES}): it is about the slowest one"
+            )
+            checks.append(Check("latency_p99", True, round(ratio, 4), limit, detail))
+            continue
+        detail = f"route() p{q} {a:.3f} -> {b:.3f} ms ({ratio:.2f}x), at most {limit:g}x"
+        checks.append(Check(f"latency_p{q}", ratio <= limit + 1e-12, round(ratio, 4), limit, detail))
+    return checks
+
+
 # ---------------------------------------------------------------------------------- figures
 def is_right(label: str, intent: str | None) -> bool:
     """The routed intent is the label; a reserved label (out of scope, a continuation alone) wants none."""
@@ -172,7 +204,7 @@ class Routed:
 
     def figures(self) -> dict:
         n, right, confident = len(self.gold), sum(self.right), sum(self.confident)
-        p50, p90 = percentile(self.ms, 50), percentile(self.ms, 90)
+        p50, p90, p99 = percentile(self.ms, 50), percentile(self.ms, 90), percentile(self.ms, 99)
         return {
             "right": right,
             "accuracy": round(right / n, 6),
@@ -180,7 +212,7 @@ class Routed:
             "accepted_share": round(sum(c in ACCEPTED for c in self.reasons) / n, 6),
             "confident_mistakes": confident,
             "confident_mistakes_per_1000": round(1000 * confident / n, 3),
-            "latency_ms": {"p50": _r(p50, 4), "p90": _r(p90, 4), "samples": len(self.ms)},
+            "latency_ms": {"p50": _r(p50, 4), "p90": _r(p90, 4), "p99": _r(p99, 4), "samples": len(self.ms)},
         }
 
     def class_figures(self, name: str) -> tuple[float, float | None]:

@@ -17,6 +17,7 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
+from eval.compare.data_notes import data_notes
 from eval.compare.figures import (
     COMPARE_KIND,
     COMPARE_VERSION,
@@ -25,6 +26,7 @@ from eval.compare.figures import (
     Routed,
     Rule,
     confident_pairs,
+    latency_checks,
     paired,
     per_class,
     verdict,
@@ -206,6 +208,8 @@ def compare_models(
     )
     pairs, conf = paired(inc, cand, rule.alpha), confident_pairs(inc, cand)
     checks = verdict(rule, n, pairs["n01"], pairs["n10"], conf["incumbent"], conf["candidate"])
+    checks += latency_checks(rule, inc, cand)
+    dirs = {key: Path(m["model_dir"]) for key, m in models.items()}
     discordant = [
         {"where": w, "text": t, "label": l, "incumbent": a, "candidate": b}
         for t, l, w, a, b, ra, rb in zip(
@@ -226,7 +230,7 @@ def compare_models(
         "checks": [c.to_dict() for c in checks],
         "config": {"incumbent": _str(config), "candidate": _str(candidate_config or config)},
         "labels": labels,
-        "data": {**rows["data"], "n": n},
+        "data": {**rows["data"], "n": n, "notes": data_notes(rows["data"]["files"], dirs)},
         "incumbent": {**models["incumbent"], **inc.figures()},
         "candidate": {**models["candidate"], **cand.figures()},
         "paired": pairs,
@@ -257,7 +261,7 @@ def figure_rows(result: dict) -> list[list]:
         ("accepted_share", "accepted", "accepted at the threshold", 1 / n),
     ):  # deltas from the counts, not from the rounded figures
         rows.append([name, inc[key], cand[key], _signed((cand[count] - inc[count]) * scale)])
-    for q in ("p50", "p90"):
+    for q in ("p50", "p90", "p99"):
         a, b = inc["latency_ms"][q], cand["latency_ms"][q]
         rows.append([f"route() {q} ms", a, b, _signed(b - a) if a is not None and b is not None else ""])
     return rows
@@ -304,6 +308,7 @@ def notes(result: dict) -> list[str]:
         )
     if 0 < d < 25:
         out.append(f"{d} discordant message(s): the chi-square approximation is poor; the exact p decides")
+    out += result["data"].get("notes", [])
     labels = result["labels"]
     if labels["changed"]:
         out.append(
