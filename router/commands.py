@@ -115,6 +115,17 @@ def serve(
     decision_log_redact: Annotated[
         str | None, Opt(help="module:function applied to every message before it is logged.")
     ] = None,
+    golden: Annotated[
+        Path | None,
+        Opt(
+            help="Labelled JSONL every load and reload must route right (default: the packaged set, for "
+            "a model of the shipped intents)."
+        ),
+    ] = None,
+    golden_min_accuracy: float = Opt(0.9, help="Share of the golden set a model must route right."),
+    golden_min_agreement: float = Opt(
+        0.8, help="At a reload, share of the golden set routed as the serving model routes it."
+    ),
     load_delay: float = Opt(0.0, hidden=True, help="Wait before loading the model (tests)."),
     log_level: str = Opt("info"),
 ) -> None:

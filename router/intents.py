@@ -21,6 +21,12 @@ RESERVED: tuple[str, ...] = (OUT_OF_SCOPE, CONTINUATION)  # labels that are not 
 LABEL_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]{0,63}")
 
 
+def is_right(label: str, intent: str | None) -> bool:
+    """Whether a routed intent answers a label: the label itself, or, for a reserved label (out of scope,
+    a continuation alone), no intent."""
+    return intent is None if label in RESERVED else intent == label
+
+
 def intents_of(labels: Iterable[str]) -> tuple[str, ...]:
     """The intents among ``labels`` (the reserved labels left out), in their order."""
     return tuple(label for label in labels if label not in RESERVED)

@@ -55,6 +55,32 @@ def broken_copy(src: Path, dst: Path) -> Path:
     return dst
 
 
+def scrambled_copy(src: Path, dst: Path) -> Path:
+    """A copy of a model whose default graph has its large weights shuffled, with the manifest's sha256
+    written again: every file matches the manifest, and the model routes at random."""
+    import json
+
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    from router.manifest import file_entry
+
+    shutil.copytree(src, dst)
+    manifest = json.loads((dst / "manifest.json").read_text())
+    variant = manifest["export"]["variants"][manifest["export"]["default_variant"]]
+    graph = onnx.load(str(dst / variant["file"]["path"]))
+    rng = np.random.default_rng(0)
+    for init in graph.graph.initializer:
+        a = numpy_helper.to_array(init)
+        if a.size > 10_000:
+            init.CopyFrom(numpy_helper.from_array(rng.permutation(a.ravel()).reshape(a.shape), init.name))
+    onnx.save(graph, str(dst / variant["file"]["path"]))
+    variant["file"] = file_entry(dst, variant["file"]["path"]).model_dump(mode="json")
+    (dst / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    return dst
+
+
 def reload(s: Server, body: dict | None = None, key: str | None = KEY_ADMIN) -> httpx.Response:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     return s.client.post("/admin/reload", json=body, headers=headers, timeout=60)
@@ -67,6 +93,31 @@ def wait_for(check, timeout: float = 30, what: str = "condition") -> None:
             return
         time.sleep(0.1)
     raise TimeoutError(f"{what} not met after {timeout} s")
+
+
+def test_the_golden_set_is_checked_before_serving_and_fits_the_models_labels(tmp_path):
+    from router.serve.golden import PACKAGED, golden_for, load_golden
+    from router.serve.settings import ServeSettings
+
+    packaged = load_golden(PACKAGED)
+    assert len(packaged.texts) == 40 and set(packaged.labels) == {
+        "SEARCH",
+        "REASONING",
+        "PLANNING",
+        "MEMORY",
+        "ACTION",
+        "OUT_OF_SCOPE",
+    }
+    assert golden_for(None, ["BILLING", "SHIPPING", "OUT_OF_SCOPE"]) is None  # other intents: not checked
+    bad = tmp_path / "golden.jsonl"
+    bad.write_text('{"text": "refund my order", "label": "BILLING"}\n{"text": ""}\n')
+    with pytest.raises(ValueError, match=r"golden.jsonl:2: a golden row is a JSON object"):
+        ServeSettings(golden=bad)
+    bad.write_text('{"text": "refund my order", "label": "BILLING"}\n')
+    with pytest.raises(ValueError, match=r"labels \['BILLING'\] are not the model's"):
+        golden_for(bad, ["SEARCH", "ACTION"])
+    with pytest.raises(ValueError, match="golden_min_accuracy must be in"):
+        ServeSettings(golden_min_accuracy=1.5)
 
 
 # ---------------------------------------------------------------------------- no server needed
@@ -189,6 +240,43 @@ def test_a_broken_model_is_refused_and_the_old_one_keeps_serving(ops, tmp_path):
     r = route(ops, {"role": "viewer", "message": "where is the travel policy"})
     assert r.status_code == 200 and r.json()["decisions"][0]["model_id"] == before
     assert "reload failed (admin request)" in ops.output()
+
+
+@pytest.mark.slow
+def test_a_model_with_scrambled_weights_and_a_matching_manifest_is_refused_by_the_golden_set(ops, tmp_path):
+    """Every file matches the manifest, so only the golden set can tell: the reload is refused with its
+    figures, the old model keeps serving, and no request fails meanwhile."""
+    before = ops.client.get("/healthz").json()["model_id"]
+    scrambled = scrambled_copy(FAST, tmp_path / "scrambled")
+    statuses: list[int] = []
+    stop = threading.Event()
+
+    def traffic() -> None:
+        with httpx.Client(base_url=ops.url, timeout=10) as client:
+            while not stop.is_set():
+                statuses.append(
+                    route(
+                        ops, {"role": "viewer", "message": "where is the travel policy"}, client
+                    ).status_code
+                )
+
+    t = threading.Thread(target=traffic)
+    t.start()
+    try:
+        r = reload(ops, {"model": str(scrambled)})
+    finally:
+        stop.set()
+        t.join()
+    e = error(r)
+    assert r.status_code == 422 and e["code"] == "reload_failed", r.text
+    assert (
+        "golden set" in e["message"]
+        and "read right" in e["message"]
+        and "below the floor 0.9" in e["message"]
+    )
+    assert f"still serving {before}" in e["message"]
+    assert statuses and set(statuses) == {200}
+    assert ops.client.get("/readyz").json()["model_id"] == before
 
 
 @pytest.mark.slow

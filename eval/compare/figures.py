@@ -19,7 +19,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from router.intents import RESERVED
+from router.intents import RESERVED, is_right
 
 COMPARE_KIND = "intent-router-compare"
 COMPARE_VERSION = 1
@@ -184,11 +184,6 @@ def latency_checks(rule: Rule, incumbent: Routed, candidate: Routed) -> list[Che
 
 
 # ---------------------------------------------------------------------------------- figures
-def is_right(label: str, intent: str | None) -> bool:
-    """The routed intent is the label; a reserved label (out of scope, a continuation alone) wants none."""
-    return intent is None if label in RESERVED else intent == label
-
-
 @dataclass
 class Routed:
     """One model's answers to the rows: intent, reason code and route() milliseconds per row."""

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from router.decision import Decision
+from router.serve.golden import check_golden, golden_for
 from router.serve.settings import ServeSettings
 
 CANARY = "restart the indexing service"
@@ -81,11 +82,12 @@ class Engine:
         self.pool.shutdown(wait=True)
 
 
-def build_router(settings: ServeSettings, model_dir: str | Path, config: str | Path | None):
+def build_router(settings: ServeSettings, model_dir: str | Path, config: str | Path | None, serving=None):
     """A Router for ``model_dir`` and ``config`` with the server's threshold and verifier, after it has
-    classified the canary message. ``Router.load`` checks the sha256 of every model file it reads (graph,
-    tokenizer, head, reference embeddings) against the manifest, so an altered file fails here. The
-    Router has no decision log yet: the caller attaches it, so the canary is not recorded."""
+    classified the canary message and passed the golden set (router.serve.golden; against ``serving``,
+    the Router it would replace, too). ``Router.load`` checks the sha256 of every model file it reads
+    (graph, tokenizer, head, reference embeddings) against the manifest, so an altered file fails here.
+    The Router has no decision log yet: the caller attaches it, so neither check is recorded."""
     from router.config import RouterConfig
     from router.routing import Router
     from router.verifier.factory import build_verifier
@@ -100,9 +102,14 @@ def build_router(settings: ServeSettings, model_dir: str | Path, config: str | P
             threshold=settings.threshold,
             intra_op_threads=settings.ort_threads,
         )
-        d = router.route_batch([CANARY], next(iter(cfg.roles)))[0]
+        role = next(iter(cfg.roles))
+        d = router.route_batch([CANARY], role)[0]
         if d.source == "guardrail" or d.confidence is None:
             raise RuntimeError(f"canary message was not classified: {d.source}/{d.reason_code.value}")
+        golden = golden_for(settings.golden, router.classifier.labels)
+        if golden is not None:
+            s = settings
+            check_golden(router, golden, s.golden_min_accuracy, serving, s.golden_min_agreement)
     except BaseException:
         close_verifier(verifier)
         raise

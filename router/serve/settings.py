@@ -47,6 +47,10 @@ class ServeSettings:
     decision_log_redact: str | None = None  # "module:function" applied to every logged message
     log_level: str = "info"
     access_log: bool = False
+    # the golden set every load and reload must pass (router.serve.golden); None: the packaged one
+    golden: str | Path | None = None
+    golden_min_accuracy: float = 0.9
+    golden_min_agreement: float = 0.8
     load_delay: float = 0.0  # seconds to wait before loading the model (tests, staged rollouts)
     # set by the supervisor of several workers: the directory they share (reload target, metrics), and
     # for a worker that replaces one that exited, to load the model before accepting connections
@@ -69,6 +73,13 @@ class ServeSettings:
             raise ValueError(
                 f"decision log format must be jsonl or parquet, got {self.decision_log_format!r}"
             )
+        for name in ("golden_min_accuracy", "golden_min_agreement"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.golden is not None:
+            from router.serve.golden import load_golden
+
+            load_golden(self.golden)  # a missing or malformed file is a configuration error
         if self.decision_log_redact is not None and self.decision_log is None:
             raise ValueError("a decision log redaction hook needs --decision-log DIR")
         if self.key_file is None and not is_loopback(self.host):

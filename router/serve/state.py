@@ -153,7 +153,7 @@ class State:
             log.info("reloading (%s): model %s, config %s", why, target.model, target.config or "packaged")
             try:
                 keys = KeyStore.load(self.settings.key_file) if self.settings.key_file else None
-                router = build_router(self.settings, target.model, target.config)
+                router = build_router(self.settings, target.model, target.config, serving=self.router)
             except Exception as e:
                 reason = one_line(e)
                 self.metrics.reloads.labels(outcome="failed", model=self.metrics.model).inc()
