@@ -46,7 +46,6 @@ def _summary(report: dict) -> list[str]:
     """The headline figures: accuracy, calibration, the share accepted at tau, out of scope, latency."""
     c, cal, tau = report["classification"], report["calibration"], report["threshold"]
     at = report["thresholds"]["at_tau"]
-    lines: list[str] = []
     summary = [
         ["accuracy", _f(c["accuracy"])],
         ["macro-F1", _f(c["macro_f1"])],
@@ -76,14 +75,12 @@ def _summary(report: dict) -> list[str]:
                 f"{_f(lat['batch']['messages_per_second'], 1)} msg/s",
             ]
         )
-    lines += _table(["metric", "value"], summary)
-    return lines
+    return _table(["metric", "value"], summary)
 
 
 def _per_class(report: dict) -> list[str]:
     c = report["classification"]
-    lines: list[str] = []
-    lines += ["## Per class", ""]
+    lines = ["## Per class", ""]
     lines += _table(
         ["label", "precision", "recall", "F1", "support"],
         [
@@ -95,10 +92,8 @@ def _per_class(report: dict) -> list[str]:
 
 
 def _confusion(report: dict, plots: bool) -> list[str]:
-    c = report["classification"]
-    lines: list[str] = []
-    cm = c["confusion_matrix"]
-    lines += ["## Confusion matrix", "", "Rows: true label; columns: predicted.", ""]
+    cm = report["classification"]["confusion_matrix"]
+    lines = ["## Confusion matrix", "", "Rows: true label; columns: predicted.", ""]
     lines += _table(
         ["true \\ predicted", *cm["labels"]],
         [[l, *row] for l, row in zip(cm["labels"], cm["matrix"], strict=True)],
@@ -110,8 +105,7 @@ def _confusion(report: dict, plots: bool) -> list[str]:
 
 def _calibration(report: dict, plots: bool) -> list[str]:
     cal = report["calibration"]
-    lines: list[str] = []
-    lines += [
+    lines = [
         "## Calibration",
         "",
         f"ECE {_f(cal['ece'])} over {cal['n_bins']} equal-width bins, NLL {_f(cal['nll'])}, Brier {_f(cal['brier'])}.",
@@ -132,8 +126,7 @@ def _calibration(report: dict, plots: bool) -> list[str]:
 
 def _sweep(report: dict, plots: bool) -> list[str]:
     th, tau = report["thresholds"], report["threshold"]
-    lines: list[str] = []
-    lines += [
+    lines = [
         "## Threshold sweep",
         "",
         "Accepted: confidence >= tau; the rest go to the verifier (or the fallback).",
@@ -156,78 +149,76 @@ def _sweep(report: dict, plots: bool) -> list[str]:
 
 def _oos(report: dict) -> list[str]:
     tau = report["threshold"]
-    lines: list[str] = []
     o = report.get("oos")
-    if o:
-        lines += [
-            "## Out of scope",
-            "",
-            f"`{o['source']}`: {o['n']} messages. Below tau {tau:g}: {_pct(o['recall'])} "
-            f"(mean confidence {_f(o['mean_confidence'])}). With the router's guardrail "
-            f"({_pct(o.get('guardrail_share'))} stopped before the classifier): {_pct(o.get('router_recall'))} not accepted.",
-            "",
-        ]
-        if o["accepted_examples"]:
-            lines += ["Accepted as an intent (most confident first):", ""]
-            lines += _table(
-                ["row", "text", "predicted", "confidence"],
-                [
-                    [e["row"], _cell(e["text"]), e["predicted"], _f(e["confidence"])]
-                    for e in o["accepted_examples"]
-                ],
-            )
-    return lines
-
-
-def _verifier(report: dict) -> list[str]:
-    lines: list[str] = []
-    v = report.get("verifier")
-    if v:
-        lines += [
-            "## Verifier lift",
-            "",
-            f"Verifier `{v['verifier']}` on the {v['n_verified']} of {v['n_below']} messages below tau {v['tau']:g}.",
-            "",
-        ]
+    if not o:
+        return []
+    lines = [
+        "## Out of scope",
+        "",
+        f"`{o['source']}`: {o['n']} messages. Below tau {tau:g}: {_pct(o['recall'])} "
+        f"(mean confidence {_f(o['mean_confidence'])}). With the router's guardrail "
+        f"({_pct(o.get('guardrail_share'))} stopped before the classifier): {_pct(o.get('router_recall'))} not accepted.",
+        "",
+    ]
+    if o["accepted_examples"]:
+        lines += ["Accepted as an intent (most confident first):", ""]
         lines += _table(
-            ["", "value"],
+            ["row", "text", "predicted", "confidence"],
             [
-                ["classifier alone: accuracy", _f(v["classifier_accuracy"])],
-                ["with verifier: accuracy (failures count wrong)", _f(v["verifier_accuracy"])],
-                ["lift", _f(v["lift"])],
-                ["verifier answered / failed", f"{v['answered']} / {v['failed']}"],
-                ["accuracy of verifier answers", _f(v["verifier_accuracy_answered"])],
-                ["end-to-end accuracy (accepted + verified)", _f(v["end_to_end_accuracy"])],
-                [
-                    "verifier latency p50 / p95 (ms)",
-                    f"{_f(v['latency']['p50_ms'], 1)} / {_f(v['latency']['p95_ms'], 1)}",
-                ],
+                [e["row"], _cell(e["text"]), e["predicted"], _f(e["confidence"])]
+                for e in o["accepted_examples"]
             ],
         )
     return lines
 
 
+def _verifier(report: dict) -> list[str]:
+    v = report.get("verifier")
+    if not v:
+        return []
+    lines = [
+        "## Verifier lift",
+        "",
+        f"Verifier `{v['verifier']}` on the {v['n_verified']} of {v['n_below']} messages below tau {v['tau']:g}.",
+        "",
+    ]
+    lines += _table(
+        ["", "value"],
+        [
+            ["classifier alone: accuracy", _f(v["classifier_accuracy"])],
+            ["with verifier: accuracy (failures count wrong)", _f(v["verifier_accuracy"])],
+            ["lift", _f(v["lift"])],
+            ["verifier answered / failed", f"{v['answered']} / {v['failed']}"],
+            ["accuracy of verifier answers", _f(v["verifier_accuracy_answered"])],
+            ["end-to-end accuracy (accepted + verified)", _f(v["end_to_end_accuracy"])],
+            [
+                "verifier latency p50 / p95 (ms)",
+                f"{_f(v['latency']['p50_ms'], 1)} / {_f(v['latency']['p95_ms'], 1)}",
+            ],
+        ],
+    )
+    return lines
+
+
 def _latency(report: dict) -> list[str]:
-    lines: list[str] = []
     lat = report.get("latency")
-    if lat:
-        s, b = lat["single"], lat["batch"]
-        lines += [
-            "## Latency",
-            "",
-            f"One message at a time, {s['n']} messages: p50 {_f(s['p50_ms'], 3)} ms, p95 {_f(s['p95_ms'], 3)} ms, "
-            f"p99 {_f(s['p99_ms'], 3)} ms, max {_f(s['max_ms'], 3)} ms. Batches of {b['batch_size']}: "
-            f"{_f(b['messages_per_second'], 1)} messages/s. ({report['environment']['cpus']} CPUs, {report['environment']['platform']})",
-            "",
-        ]
+    if not lat:
+        return []
+    s, b = lat["single"], lat["batch"]
+    lines = [
+        "## Latency",
+        "",
+        f"One message at a time, {s['n']} messages: p50 {_f(s['p50_ms'], 3)} ms, p95 {_f(s['p95_ms'], 3)} ms, "
+        f"p99 {_f(s['p99_ms'], 3)} ms, max {_f(s['max_ms'], 3)} ms. Batches of {b['batch_size']}: "
+        f"{_f(b['messages_per_second'], 1)} messages/s. ({report['environment']['cpus']} CPUs, {report['environment']['platform']})",
+        "",
+    ]
     return lines
 
 
 def _misclassified(report: dict) -> list[str]:
-    d = report["data"]
-    lines: list[str] = []
-    mis = report["misclassified"]
-    lines += [
+    d, mis = report["data"], report["misclassified"]
+    lines = [
         "## Misclassified",
         "",
         f"{len(mis)} of {d['n']} messages; most confident first"

@@ -91,14 +91,21 @@ def train_epochs(
     embeddings.requires_grad_(True)
 
 
+def head_log_probs(head, embeddings):
+    """The log-probabilities ``head`` (weight, bias) gives each of ``embeddings``."""
+    import torch
+
+    weight, bias = head
+    return torch.log_softmax(embeddings @ weight.T + bias, dim=1)
+
+
 def head_divergence(embeddings, head, target_log_probs):
     """KL divergence, per message, from the teacher's decision (``target_log_probs``) to what ``head``
     (weight, bias: the teacher's head, training.distil.shallow.teacher_head) makes of the student's
     ``embeddings``."""
     import torch
 
-    weight, bias = head
-    logp = torch.log_softmax(embeddings @ weight.T + bias, dim=1)
+    logp = head_log_probs(head, embeddings)
     return torch.nn.functional.kl_div(logp, target_log_probs, log_target=True, reduction="batchmean")
 
 

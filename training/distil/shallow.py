@@ -173,11 +173,10 @@ class ShallowLoss:
         self.head_weight = 0.0
 
     def with_head(self, head, weight: float) -> None:
-        import torch
+        from training.distil.loop import head_log_probs
 
         self.head, self.head_weight = head, weight
-        w, bias = head
-        self.head_targets = [torch.log_softmax(t[1] @ w.T + bias, dim=1) for t in self.targets]
+        self.head_targets = [head_log_probs(head, t[1]) for t in self.targets]
 
     def __call__(self, b: int):
         import torch
