@@ -24,7 +24,7 @@ COMMAND_MODULES = (
     "training.export.commands",  # export, recover-body
     "training.measure.commands",  # eval, bench speed
     "eval.reports.commands",  # gate
-    "eval.compare.commands",  # compare
+    "eval.compare.commands",  # compare, replay
     "eval.review.commands",  # review
     "router.commands",  # route, serve, score, schema, config check
     "eval.bench.commands",  # bench serve, bench score, bench languages

@@ -24,7 +24,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -59,9 +59,12 @@ def record_of(
     redact: Callable[[str], str] | None = None,
     previous_message: str | None = None,
     previous: Decision | None = None,
+    fields: Mapping[str, str | None] | None = None,
 ) -> dict:
     """The log record of one routed message; in a conversation, what the caller sent of the turn before:
-    its message (``previous_message``) and, from its Decision, the conversation's intents."""
+    its message (``previous_message``) and, from its Decision, the conversation's intents. ``fields`` are
+    the caller's own keys, such as the service's ``request_id`` and ``key_id`` (the API key's id, never
+    the key)."""
     text = redact(message) if redact is not None else message
     record = {
         "v": RECORD_VERSION,
@@ -82,6 +85,8 @@ def record_of(
         record["previous_message"] = redact(previous_message) if redact is not None else previous_message
     if previous is not None:
         record["previous_intents"] = list(previous.conversation_intents or previous.intents)
+    if fields:
+        record.update({k: v for k, v in fields.items() if k not in record})
     return record
 
 
@@ -126,9 +131,10 @@ class DecisionLog:
         config_sha: str,
         previous_message: str | None = None,
         previous: Decision | None = None,
+        fields: Mapping[str, str | None] | None = None,
     ):
         """Log one routed message (record_of)."""
-        record = record_of(decision, message, config_sha, self.redact, previous_message, previous)
+        record = record_of(decision, message, config_sha, self.redact, previous_message, previous, fields)
         if self.fmt == "parquet":
             with self._lock:
                 self._pending.append(record)
@@ -160,9 +166,12 @@ class DecisionLog:
             {**r, "decision": json.dumps(r["decision"]), "verifier": json.dumps(r["verifier"])}
             for r in self._pending
         ]
+        # every key of any row is a column (from_pylist alone keeps only the first row's keys), so a
+        # follow-up's previous_message survives a part whose first row has none
+        columns = list(dict.fromkeys(k for r in rows for k in r))
         path = self._name("parquet")
         tmp = path.with_suffix(".parquet.tmp")
-        pq.write_table(pa.Table.from_pylist(rows), tmp)
+        pq.write_table(pa.Table.from_pylist([{k: r.get(k) for k in columns} for r in rows]), tmp)
         os.replace(tmp, path)
         self._pending = []
 

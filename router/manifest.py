@@ -319,8 +319,17 @@ class Manifest(BaseModel):
         return self.calibration.temperature if self.calibration is not None else 1.0
 
     @property
+    def digest(self) -> str:
+        """The first 12 hex digits of the sha256 of the manifest's content: it lists every model file with
+        its sha256, so a changed graph, head or tokenizer, or a changed calibration, gives another digest."""
+        content = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(content.encode("utf-8")).hexdigest()[:12]
+
+    @property
     def model_id(self) -> str:
-        return f"{self.name}@{self.created_at}"
+        """``name@created_at+digest``: when and what, so two builds of one name at one time, or a model
+        whose files were replaced and the manifest rewritten to match, never share an id."""
+        return f"{self.name}@{self.created_at}+{self.digest}"
 
     def save(self, directory: Path) -> Path:
         path = Path(directory) / MANIFEST_NAME

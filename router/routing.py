@@ -10,7 +10,7 @@ builds the Decision once.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -136,15 +136,17 @@ class Router:
         role: str,
         previous: Decision | None = None,
         context: str | None = None,
+        log_fields: Mapping[str, str | None] | None = None,
     ) -> list[Decision]:
         """Route many messages, each read after the same previous turn when one is given; the classifier
         runs once over all that pass the guardrail (router.message). With a decision log, each message and
-        its Decision are recorded (router.decision_log)."""
+        its Decision are recorded (router.decision_log), with ``log_fields`` (e.g. the service's request
+        and key ids) in each record."""
         decisions = self._route_batch(texts, role, previous, context)
         if self.decision_log is not None:
             for text, d in zip(texts, decisions, strict=True):
                 message = text if isinstance(text, str) else ""
-                self.decision_log.write(d, message, self.config_sha, context, previous)
+                self.decision_log.write(d, message, self.config_sha, context, previous, log_fields)
         return decisions
 
     def _route_batch(self, texts, role, previous=None, context=None) -> list[Decision]:

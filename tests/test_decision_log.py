@@ -78,6 +78,31 @@ def test_parquet_writes_whole_parts(router, tmp_path):
     assert len(records) == 7 and records[0]["decision"]["intent"] == d.intent
 
 
+def test_a_parquet_part_keeps_keys_its_first_row_lacks(router, tmp_path):
+    pytest.importorskip("pyarrow")
+    d = router.route("and the same for staging", role="admin")
+    with DecisionLog(tmp_path, fmt="parquet", batch_rows=2) as log:
+        log.write(d, "restart the indexing service", "x")
+        log.write(
+            d, "and the same for staging", "x", "restart the indexing service", d, {"request_id": "r-2"}
+        )
+    first, follow_up = list(read_log(tmp_path))
+    assert first["previous_message"] is None and first["request_id"] is None
+    assert follow_up["previous_message"] == "restart the indexing service"
+    assert follow_up["request_id"] == "r-2" and follow_up["previous_intents"] == list(d.conversation_intents)
+
+
+def test_the_callers_fields_are_kept_beside_the_records_own(router, tmp_path):
+    d = router.route("find the travel policy", role="admin")
+    with DecisionLog(tmp_path) as log:
+        log.write(
+            d, "find the travel policy", "x", fields={"request_id": "abc", "key_id": "ci", "intent": "x"}
+        )
+    (record,) = list(read_log(tmp_path))
+    assert (record["request_id"], record["key_id"]) == ("abc", "ci")
+    assert record["intent"] == d.intent  # a field never overwrites what the record itself holds
+
+
 def test_a_cut_last_line_is_skipped_and_a_broken_line_elsewhere_is_an_error(tmp_path):
     good = json.dumps({"message": "a", "decision": {}})
     (tmp_path / "decisions-1.jsonl").write_text(f'{good}\n{{"message": "b", "deci')

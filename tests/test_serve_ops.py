@@ -3,6 +3,7 @@ the decision log and the model label of the metrics. Real server processes on 12
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -121,6 +122,18 @@ def test_the_golden_set_is_checked_before_serving_and_fits_the_models_labels(tmp
 
 
 # ---------------------------------------------------------------------------- no server needed
+def test_the_model_id_carries_a_digest_that_a_rewritten_manifest_cannot_keep(tmp_path):
+    from router.manifest import load_manifest
+
+    shipped = load_manifest(FAST)
+    copy = shutil.copytree(FAST, tmp_path / "copy")
+    assert load_manifest(copy).model_id == shipped.model_id  # the same files: the same id
+    scrambled = load_manifest(scrambled_copy(FAST, tmp_path / "scrambled"))
+    assert scrambled.name == shipped.name and scrambled.created_at == shipped.created_at
+    assert scrambled.model_id != shipped.model_id
+    assert re.fullmatch(r"intent-minilm-fast@\S+\+[0-9a-f]{12}", shipped.model_id)
+
+
 def test_key_file_admin_flag(tmp_path):
     from router.serve.auth import KeyFileError, KeyStore, hash_key
 
@@ -364,9 +377,12 @@ def test_decision_log_has_one_record_per_routed_message(ops):
             "previous": {"message": "restart the indexing service in us-east"},
         },
     )
-    assert r.status_code == 200
-    r = route(ops, {"role": "viewer", "messages": ["where is the travel policy", "???", "plan the offsite"]})
-    assert r.status_code == 200
+    assert r.status_code == 200 and len(r.headers["X-Request-ID"]) == 32  # none sent: a new one
+    sent = {"X-API-Key": KEY_READER, "X-Request-ID": "checkout-7f3a:1"}
+    body = {"role": "viewer", "messages": ["where is the travel policy", "???", "plan the offsite"]}
+    r = ops.client.post("/v1/route", json=body, headers=sent)
+    assert r.status_code == 200 and r.headers["X-Request-ID"] == "checkout-7f3a:1"
+    ops.routed += 3
     records = list(read_log(ops.tmp / "decisions"))  # jsonl: each record is written as it is routed
     assert len(records) == ops.routed  # every routed message, and not the canary of a load or reload
     assert {r["model_id"] for r in records} <= {model_id(SHIPPED), model_id(FAST)}
@@ -375,6 +391,9 @@ def test_decision_log_has_one_record_per_routed_message(ops):
         len(follow_up) == 1 and follow_up[0]["previous_message"] == "restart the indexing service in us-east"
     )
     assert [r["message"] for r in records[-3:]] == ["where is the travel policy", "???", "plan the offsite"]
+    assert {(r["request_id"], r["key_id"]) for r in records[-3:]} == {("checkout-7f3a:1", "reader")}
+    assert follow_up[0]["request_id"] not in {None, "checkout-7f3a:1"}
+    assert all(KEY_READER not in json.dumps(r) for r in records)  # the key's id, never the key
 
 
 # ----------------------------------------------------------------------------------- SIGHUP

@@ -98,3 +98,77 @@ def compare(
     )
     console.print(f"wrote {paths['json']} and {paths['markdown']}", highlight=False)
     raise typer.Exit(0 if result["passed"] else 1)
+
+
+@app.command()
+@command()
+def replay(
+    log: Path = typer.Argument(
+        ..., help="Decision log: a file, or the directory `serve --decision-log` wrote."
+    ),
+    candidate: Path = Opt(..., help="Exported model directory to route the logged messages with."),
+    incumbent: Annotated[
+        Path | None,
+        Opt(
+            help="The model serving, routed again as the 'before' side (default: what the log says was served)."
+        ),
+    ] = None,
+    config: RouterConfigFile = None,
+    limit: Annotated[int | None, Opt(min=1, help="Replay at most this many records, oldest first.")] = None,
+    max_flip_rate: float = Opt(
+        0.0, min=0.0, max=1.0, help="Exit 1 when more than this share of answers change (0: no check)."
+    ),
+    out: Path = Opt(Path("reports/replay"), help="Directory for replay.json and replay.md."),
+    as_json: Annotated[bool, Opt("--json", help="Print replay.json instead of the tables.")] = False,
+) -> None:
+    """Replay logged traffic through a candidate, with no labels: flips with examples, the shift in the
+    intent mix, confident disagreements and latency; exit 1 above --max-flip-rate, 2 on bad input."""
+    from eval.compare.figures import CompareError
+    from eval.compare.replay import replay_log, write_replay
+
+    try:
+        result = replay_log(
+            log,
+            candidate,
+            incumbent=incumbent,
+            config=config,
+            limit=limit,
+            report=(lambda _: None) if as_json else say,
+        )
+    except CompareError as e:
+        raise fail(str(e), code=2) from e
+    paths = write_replay(result, out)
+    failed = bool(max_flip_rate) and result["flip_rate"] > max_flip_rate
+    if as_json:
+        print(json.dumps(result, indent=2, ensure_ascii=False))
+        raise typer.Exit(1 if failed else 0)
+    _print_replay(result)
+    if failed:
+        console.print(f"[bold red]flip rate {result['flip_rate']:.4f} is above {max_flip_rate:g}[/]")
+    console.print(f"wrote {paths['json']} and {paths['markdown']}", highlight=False)
+    raise typer.Exit(1 if failed else 0)
+
+
+def _print_replay(result: dict) -> None:
+    n = result["messages"]
+    before = "the log" if result["before"] == "log" else "the incumbent"
+    say(
+        f"{result['models']['candidate']} on {n} logged messages (before: {before}): "
+        f"{result['flipped']} flipped ({100 * result['flip_rate']:.1f}%), "
+        f"{result['confident_disagreements']} confident disagreements"
+    )
+    if "log_agreement" in result:
+        say(f"the incumbent, routed again, gives what was served for {100 * result['log_agreement']:.1f}%")
+    for k, v in result["left_out"].items():
+        say(f"left out: {k} {v}")
+    rows = [
+        [k["before"], k["after"], k["count"], escape(k["examples"][0]["message"])] for k in result["kinds"]
+    ]
+    table("Flips (before -> after)", ["before", "after", "messages", "e.g."], rows)
+    shift = [
+        [r["name"], f"{100 * r['before']:.1f}%", f"{100 * r['after']:.1f}%", f"{r['shift_points']:+.1f}"]
+        for r in result["intent_mix"]
+    ]
+    table("Intent mix", ["intent", "before", "after", "shift (points)"], shift)
+    lat = [[key, m["p50"], m["p90"], m["p99"]] for key, m in result["latency_ms"].items()]
+    table("route() ms", ["model", "p50", "p90", "p99"], lat)

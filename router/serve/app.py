@@ -14,8 +14,10 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import time
+import uuid
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -38,6 +40,8 @@ from router.serve.settings import ServeSettings, is_loopback
 from router.serve.state import ReloadError, State, one_line
 
 log = logging.getLogger("intent_router.serve")
+REQUEST_ID_HEADER = "X-Request-ID"
+REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 KNOWN_PATHS = ("/v1/route", "/admin/reload", "/healthz", "/readyz", "/metrics", "/openapi.json", "/docs")
 
 
@@ -196,8 +200,10 @@ def _add_route(app: FastAPI, state: State, settings: ServeSettings) -> None:
             engine.release(router)
             raise ApiError(422, "unknown_role", f"unknown role {role!r}", roles=sorted(router.config.roles))
         prev = req.previous
+        request_id = _request_id(request)
+        fields = {"request_id": request_id, "key_id": principal.key_id if principal is not None else None}
         decisions = await engine.route(  # releases the Router when its work ends
-            router, texts, role, prev.decision if prev else None, prev.message if prev else None
+            router, texts, role, prev.decision if prev else None, prev.message if prev else None, fields
         )
         model_id = router.classifier.model_id
         request.scope[MODEL_SCOPE_KEY] = model_id
@@ -207,7 +213,7 @@ def _add_route(app: FastAPI, state: State, settings: ServeSettings) -> None:
         if router.verifier is not None:
             m.set_breaker(state.breaker_state())
         payload = b'{"decisions":[' + b",".join(d.model_dump_json().encode() for d in decisions) + b"]}"
-        return Response(payload, media_type="application/json")
+        return Response(payload, media_type="application/json", headers={REQUEST_ID_HEADER: request_id})
 
 
 def _add_admin_reload(app: FastAPI, state: State, settings: ServeSettings) -> None:
@@ -247,6 +253,13 @@ def _authenticate_admin(request: Request, state: State) -> Principal:
         log.warning("key %s called an admin endpoint without being an admin key", p.key_id)
         raise ApiError(403, "not_admin", "this API key is not an admin key")
     return p
+
+
+def _request_id(request: Request) -> str:
+    """The caller's X-Request-ID when it is a plain id (at most 128 letters, digits and ``._:-``), else a
+    new one; the decision log records it, and the response carries it back."""
+    given = request.headers.get(REQUEST_ID_HEADER, "")
+    return given if REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
 
 
 def _authenticate(request: Request, state: State) -> Principal | None:

@@ -14,6 +14,7 @@ import asyncio
 import functools
 import threading
 from collections import Counter
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -69,11 +70,15 @@ class Engine:
         role: str,
         previous: Decision | None = None,
         context: str | None = None,
+        log_fields: Mapping[str, str | None] | None = None,
     ) -> list[Decision]:
         """``router.route_batch`` in the pool, each message read after the previous turn when one is given
-        (``context``, the previous message, is what the decision log records as previous_message).
-        Releases ``router`` (from ``acquire``) when the work ends, even if the caller stopped waiting."""
-        work = functools.partial(router.route_batch, texts, role, previous=previous, context=context)
+        (``context``, the previous message, is what the decision log records as previous_message, with
+        ``log_fields``). Releases ``router`` (from ``acquire``) when the work ends, even if the caller
+        stopped waiting."""
+        work = functools.partial(
+            router.route_batch, texts, role, previous=previous, context=context, log_fields=log_fields
+        )
         future = self.pool.submit(work)
         future.add_done_callback(lambda _: self.release(router))
         return await asyncio.wrap_future(future)
