@@ -126,6 +126,14 @@ def serve(
     golden_min_agreement: float = Opt(
         0.8, help="At a reload, share of the golden set routed as the serving model routes it."
     ),
+    reload_compare: Annotated[
+        Path | None,
+        Opt(
+            help="compare.json a reload that changes the model must pass: `intent-router compare` of the "
+            "serving model (incumbent) against the new one (candidate), read again at each reload; an "
+            "admin reload's 'compare_report' names another."
+        ),
+    ] = None,
     load_delay: float = Opt(0.0, hidden=True, help="Wait before loading the model (tests)."),
     log_level: str = Opt("info"),
 ) -> None:

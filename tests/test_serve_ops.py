@@ -256,6 +256,17 @@ def test_a_broken_model_is_refused_and_the_old_one_keeps_serving(ops, tmp_path):
 
 
 @pytest.mark.slow
+def test_an_admin_reload_with_a_compare_report_that_does_not_load_is_refused(ops, tmp_path):
+    current = ops.client.get("/healthz").json()["model_id"]
+    other = FAST if current == model_id(SHIPPED) else SHIPPED
+    r = reload(ops, {"model": str(other), "compare_report": str(tmp_path / "compare.json")})
+    e = error(r)
+    assert r.status_code == 422 and e["code"] == "reload_failed", r.text
+    assert "compare report" in e["message"] and "no such file" in e["message"]
+    assert ops.client.get("/healthz").json()["model_id"] == current
+
+
+@pytest.mark.slow
 def test_a_model_with_scrambled_weights_and_a_matching_manifest_is_refused_by_the_golden_set(ops, tmp_path):
     """Every file matches the manifest, so only the golden set can tell: the reload is refused with its
     figures, the old model keeps serving, and no request fails meanwhile."""

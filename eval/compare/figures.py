@@ -21,8 +21,6 @@ from dataclasses import asdict, dataclass
 
 from router.intents import RESERVED, is_right
 
-COMPARE_KIND = "intent-router-compare"
-COMPARE_VERSION = 1
 ACCEPTED = ("confident", "confident_compound", "matched_examples")  # reason codes accepted at tau
 NO_INTENT = "(no intent)"  # the answer of a decision without an intent; what reserved labels expect
 

@@ -19,8 +19,6 @@ from pathlib import Path
 
 from eval.compare.data_notes import data_notes
 from eval.compare.figures import (
-    COMPARE_KIND,
-    COMPARE_VERSION,
     NO_INTENT,
     CompareError,
     Routed,
@@ -32,6 +30,7 @@ from eval.compare.figures import (
     verdict,
 )
 from router.intents import RESERVED
+from router.serve.promotion import COMPARE_KIND, COMPARE_VERSION  # the format a reload reads
 
 ROLE = "viewer"  # RBAC changes skills, never the intent
 WARMUP = 5  # messages routed by each model before timing starts

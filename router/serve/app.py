@@ -229,7 +229,7 @@ def _add_admin_reload(app: FastAPI, state: State, settings: ServeSettings) -> No
         body = await _read_body(request, settings.max_body_bytes)
         req = _parse(body, ReloadRequest) if body.strip() else ReloadRequest()
         try:
-            return await asyncio.to_thread(state.reload, req.model, req.config, False)
+            return await asyncio.to_thread(state.reload, req.model, req.config, False, req.compare_report)
         except ReloadError as e:
             raise ApiError(e.status, e.code, e.message, model_id=state.model_id) from None
 

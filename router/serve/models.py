@@ -45,6 +45,12 @@ class ReloadRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model: StrictStr | None = Field(None, min_length=1, description="Exported model directory.")
     config: StrictStr | None = Field(None, min_length=1, description="Router config YAML.")
+    compare_report: StrictStr | None = Field(
+        None,
+        min_length=1,
+        description="compare.json of the serving model (incumbent) against the new one (candidate); the "
+        "reload is refused unless it passed. Default: serve's --reload-compare, if given.",
+    )
 
 
 class ReloadResponse(BaseModel):

@@ -27,6 +27,7 @@ class Target:
     model: str
     config: str | None = None
     generation: int = 0  # raised by every admin reload; orders the run directory's targets
+    compare: str | None = None  # the compare report that admitted the model (router.serve.promotion)
 
 
 def read_target(run_dir: Path) -> Target | None:
@@ -34,7 +35,7 @@ def read_target(run_dir: Path) -> Target | None:
         data = json.loads((run_dir / TARGET).read_text())
     except FileNotFoundError:
         return None
-    return Target(data["model"], data["config"], data["generation"])
+    return Target(data["model"], data["config"], data["generation"], data.get("compare"))
 
 
 def write_target(run_dir: Path, target: Target) -> Target:
@@ -43,7 +44,7 @@ def write_target(run_dir: Path, target: Target) -> Target:
         fcntl.flock(lock, fcntl.LOCK_EX)
         recorded = read_target(run_dir)
         generation = max(target.generation, recorded.generation if recorded else 0) + 1
-        newest = Target(target.model, target.config, generation)
+        newest = Target(target.model, target.config, generation, target.compare)
         path = run_dir / TARGET
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps({**asdict(newest), "origin": os.getpid()}))

@@ -51,6 +51,9 @@ class ServeSettings:
     golden: str | Path | None = None
     golden_min_accuracy: float = 0.9
     golden_min_agreement: float = 0.8
+    # a compare report every reload that changes the model must pass (router.serve.promotion); None: no
+    # report needed, unless an admin reload names one
+    reload_compare: str | Path | None = None
     load_delay: float = 0.0  # seconds to wait before loading the model (tests, staged rollouts)
     # set by the supervisor of several workers: the directory they share (reload target, metrics), and
     # for a worker that replaces one that exited, to load the model before accepting connections

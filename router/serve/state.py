@@ -30,6 +30,7 @@ from router.decision_log import DecisionLog
 from router.serve.auth import KeyStore
 from router.serve.engine import Engine, build_router, close_verifier
 from router.serve.prometheus import Metrics
+from router.serve.promotion import PromotionError, check_compare_report
 from router.serve.rundir import METRICS_DIR, Target, read_target, write_target
 from router.serve.settings import ServeSettings
 
@@ -114,16 +115,26 @@ class State:
             target = self._shared_target() or self._configured()
             self._install(build_router(self.settings, target.model, target.config), target)
 
-    def reload(self, model: str | None = None, config: str | None = None, wait: bool = True) -> dict:
+    def reload(
+        self,
+        model: str | None = None,
+        config: str | None = None,
+        wait: bool = True,
+        compare_report: str | None = None,
+    ) -> dict:
         """Load ``model`` and ``config`` and swap them in; each defaults to the current one (with several
-        workers: the newest any of them loaded); the other workers are told. Raises ReloadError: 409 while
-        another reload runs (unless ``wait``), 422 when the new Router does not load (the old one keeps
-        serving)."""
+        workers: the newest any of them loaded); the other workers are told. A new model must pass
+        ``compare_report`` (default: the settings' ``reload_compare``) when one is named. Raises
+        ReloadError: 409 while another reload runs (unless ``wait``), 422 when the new Router does not
+        load or is not admitted (the old one keeps serving)."""
         model = str(Path(model).resolve()) if model else None
         config = str(Path(config).resolve()) if config else None
+        report = str(Path(compare_report).resolve()) if compare_report else None
 
         def chosen(current: Target) -> Target:
-            return replace(current, model=model or current.model, config=config or current.config)
+            return replace(
+                current, model=model or current.model, config=config or current.config, compare=report
+            )
 
         result = self._reload(chosen, wait, "admin request", share=self.run_dir is not None)
         if self.run_dir is not None:
@@ -134,7 +145,7 @@ class State:
         """SIGHUP: load the current paths again (files replaced in place), or the run directory's newer
         ones; a failure is logged and the old Router keeps serving."""
         try:
-            self._reload(lambda current: current, True, "SIGHUP")
+            self._reload(self._on_signal, True, "SIGHUP")
         except ReloadError as e:  # a failed load was logged in _reload
             if e.code != "reload_failed":
                 log.warning("SIGHUP: no reload: %s", e.message)
@@ -154,6 +165,7 @@ class State:
             try:
                 keys = KeyStore.load(self.settings.key_file) if self.settings.key_file else None
                 router = build_router(self.settings, target.model, target.config, serving=self.router)
+                self._admit(router, target, old)
             except Exception as e:
                 reason = one_line(e)
                 self.metrics.reloads.labels(outcome="failed", model=self.metrics.model).inc()
@@ -180,6 +192,26 @@ class State:
             }
         finally:
             self._lock.release()
+
+    def _on_signal(self, current: Target) -> Target:
+        """What SIGHUP loads: the run directory's newer target (another worker's admin reload), with the
+        report that admitted it, else the paths serving now, read again, with the settings' report."""
+        own = self.target.generation if self.target is not None else 0
+        return current if current.generation > own else replace(current, compare=None)
+
+    def _admit(self, router, target: Target, serving: str | None) -> None:
+        """Refuse (PromotionError) a new model without a passed compare report against the serving one,
+        when a report is named; the refused Router's verifier is closed."""
+        report = target.compare or self.settings.reload_compare
+        new = router.classifier.model_id
+        if report is None or serving is None or new == serving:
+            return
+        try:
+            check_compare_report(report, serving, new)
+        except PromotionError:
+            close_verifier(router.verifier)
+            raise
+        log.info("compare report %s admits %s in place of %s", report, new, serving)
 
     def _install(self, router, target: Target) -> None:
         router.decision_log = self.decision_log  # attached now: the canary was not recorded
