@@ -134,6 +134,12 @@ def serve(
             "admin reload's 'compare_report' names another."
         ),
     ] = None,
+    otel: bool = Opt(
+        False,
+        "--otel",
+        help="Export OpenTelemetry traces over OTLP/HTTP (extra 'otel'): a span per request and per routed "
+        "message, with its stages; the endpoint comes from OTEL_EXPORTER_OTLP_ENDPOINT.",
+    ),
     load_delay: float = Opt(0.0, hidden=True, help="Wait before loading the model (tests)."),
     log_level: str = Opt("info"),
 ) -> None:

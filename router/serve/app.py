@@ -38,6 +38,7 @@ from router.serve.models import (
 from router.serve.prometheus import MODEL_SCOPE_KEY, MetricsMiddleware
 from router.serve.settings import ServeSettings, is_loopback
 from router.serve.state import ReloadError, State, one_line
+from router.tracing import record_decisions
 
 log = logging.getLogger("intent_router.serve")
 REQUEST_ID_HEADER = "X-Request-ID"
@@ -56,9 +57,10 @@ def _error(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
 
 
 # --------------------------------------------------------------------------------------- app
-def create_app(settings: ServeSettings | None = None) -> FastAPI:
+def create_app(settings: ServeSettings | None = None, *, span_exporter=None) -> FastAPI:
     """The app for ``settings``: its Router loads in the background (or before serving, with
-    ``load_before_serving``) and reloads on SIGHUP or POST /admin/reload."""
+    ``load_before_serving``) and reloads on SIGHUP or POST /admin/reload. With ``settings.otel`` (or a
+    ``span_exporter``, e.g. an in-memory one) requests and routed messages are traced (router.tracing)."""
     settings = settings or ServeSettings()
     state = State(settings)
     app = FastAPI(
@@ -81,7 +83,22 @@ def create_app(settings: ServeSettings | None = None) -> FastAPI:
     _add_probes(app, state)
     _add_route(app, state, settings)
     _add_admin_reload(app, state, settings)
+    if settings.otel or span_exporter is not None:
+        _add_tracing(app, state, span_exporter)
     return app
+
+
+def _add_tracing(app: FastAPI, state: State, exporter) -> None:
+    """The FastAPI instrumentation's server span per request (probes and metrics left out), and the
+    route spans of router.tracing under it; the provider is flushed at shutdown."""
+    from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+
+    from router.tracing import tracer_provider
+
+    provider = tracer_provider(exporter)
+    FastAPIInstrumentor.instrument_app(app, tracer_provider=provider, excluded_urls="healthz,readyz,metrics")
+    state.tracer_provider = provider
+    state.tracer = provider.get_tracer("intent_router")
 
 
 def _lifespan(settings: ServeSettings, state: State):
@@ -202,9 +219,12 @@ def _add_route(app: FastAPI, state: State, settings: ServeSettings) -> None:
         prev = req.previous
         request_id = _request_id(request)
         fields = {"request_id": request_id, "key_id": principal.key_id if principal is not None else None}
+        started = time.time_ns()
         decisions = await engine.route(  # releases the Router when its work ends
             router, texts, role, prev.decision if prev else None, prev.message if prev else None, fields
         )
+        if state.tracer is not None:
+            record_decisions(state.tracer, decisions, started, {"request_id": request_id})
         model_id = router.classifier.model_id
         request.scope[MODEL_SCOPE_KEY] = model_id
         m = state.metrics

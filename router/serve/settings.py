@@ -47,6 +47,8 @@ class ServeSettings:
     decision_log_redact: str | None = None  # "module:function" applied to every logged message
     log_level: str = "info"
     access_log: bool = False
+    # OpenTelemetry traces over OTLP/HTTP (extra 'otel'; router.tracing): endpoint from OTEL_EXPORTER_OTLP_*
+    otel: bool = False
     # the golden set every load and reload must pass (router.serve.golden); None: the packaged one
     golden: str | Path | None = None
     golden_min_accuracy: float = 0.9
@@ -83,6 +85,14 @@ class ServeSettings:
             from router.serve.golden import load_golden
 
             load_golden(self.golden)  # a missing or malformed file is a configuration error
+        if self.otel:
+            try:
+                import opentelemetry.instrumentation.fastapi
+                import opentelemetry.sdk  # noqa: F401
+            except ImportError as e:
+                raise ValueError(
+                    f"--otel needs the 'otel' extra: pip install 'intent-router[otel]' ({e})"
+                ) from None
         if self.decision_log_redact is not None and self.decision_log is None:
             raise ValueError("a decision log redaction hook needs --decision-log DIR")
         if self.key_file is None and not is_loopback(self.host):

@@ -91,6 +91,8 @@ class State:
         self.target: Target | None = None  # what the serving Router was loaded from
         self._lock = threading.Lock()  # one load or reload at a time
         self._closed = False
+        self.tracer = None  # router.tracing, with serve --otel
+        self.tracer_provider = None
 
     # ------------------------------------------------------------------------------ reading
     @property
@@ -244,6 +246,8 @@ class State:
                 self.decision_log.close()
             if router is not None:
                 close_verifier(router.verifier)
+            if self.tracer_provider is not None:
+                self.tracer_provider.shutdown()  # the spans not yet exported are sent
 
     def _configured(self) -> Target:
         from router.shipped import default_model_dir
