@@ -108,6 +108,13 @@ def serve(
         help="Seconds an idle keep-alive connection stays open; keep it above your clients' and proxies'.",
     ),
     workers: int = Opt(1, help="Server processes, each with its own model; N > 1: N processes on one port."),
+    max_connection_age: Annotated[
+        float | None,
+        Opt(
+            help="Seconds a keep-alive connection lives before a response closes it, so a worker started "
+            "later gets its share (default: 30 with --workers N > 1, else off; 0: off)."
+        ),
+    ] = None,
     decision_log: Annotated[
         Path | None, Opt(help="Record every routed message and its decision in this directory.")
     ] = None,

@@ -91,3 +91,13 @@ def tracer_provider(exporter=None, service_name: str | None = None):
     else:
         provider.add_span_processor(SimpleSpanProcessor(exporter))
     return provider
+
+
+def instrument_app(app, exporter=None):
+    """Trace a FastAPI ``app``: the instrumentation's server span per request (the probes and /metrics
+    left out), exported by ``tracer_provider(exporter)``, which is returned for the route spans."""
+    from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+
+    provider = tracer_provider(exporter)
+    FastAPIInstrumentor.instrument_app(app, tracer_provider=provider, excluded_urls="healthz,readyz,metrics")
+    return provider

@@ -593,6 +593,44 @@ def test_workers_stop_when_their_supervisor_is_killed_and_a_new_serve_takes_the_
     assert gone < 5
 
 
+@pytest.mark.slow
+def test_a_replaced_worker_gets_requests_from_clients_that_were_connected_before(tmp_path):
+    """Keep-alive clients all connected to one worker; the other is killed and replaced. Their connections
+    end after --max-connection-age, so their next requests reach the replacement too."""
+    s = Server("--workers", "2", "--max-connection-age", "1", tmp=tmp_path)
+    fresh = {"Connection": "close"}  # a new connection each time: either worker may accept it
+    pids: set[int] = set()
+    clients: list[httpx.Client] = []
+    try:
+        wait_for(
+            lambda: pids.add(httpx.get(f"{s.url}/healthz", headers=fresh).json()["pid"]) or len(pids) == 2
+        )
+        victim, survivor = sorted(pids)
+        for _ in range(40):  # keep 4 clients whose one connection is with the survivor
+            c = httpx.Client(base_url=s.url, timeout=10)
+            (clients if c.get("/healthz").json()["pid"] == survivor else []).append(c)
+            if len(clients) == 4:
+                break
+        assert len(clients) == 4
+        os.kill(victim, signal.SIGKILL)
+
+        def replaced() -> bool:
+            r = httpx.get(f"{s.url}/readyz", headers=fresh, timeout=10)
+            return r.status_code == 200 and r.json()["pid"] not in pids
+
+        wait_for(replaced, timeout=60, what="the replacement ready")
+        seen: list[int] = []
+        end = time.monotonic() + 6
+        while time.monotonic() < end:
+            seen += [c.get("/healthz").json()["pid"] for c in clients]
+            time.sleep(0.05)
+        assert set(seen) - pids, f"every request of the connected clients went to {set(seen)}"
+    finally:
+        for c in clients:
+            c.close()
+        assert s.stop() == 0
+
+
 def test_a_redaction_hook_in_the_working_directory_imports_without_pythonpath(tmp_path, monkeypatch):
     """`serve --decision-log-redact mymod:fn` run from the folder that holds mymod.py, as a user writes it."""
     from router.serve.state import redaction_hook

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from router.serve.auth import Principal, key_from_headers
+from router.serve.connections import ConnectionAge
 from router.serve.models import (
     ErrorResponse,
     ReloadRequest,
@@ -38,7 +39,7 @@ from router.serve.models import (
 from router.serve.prometheus import MODEL_SCOPE_KEY, MetricsMiddleware
 from router.serve.settings import ServeSettings, is_loopback
 from router.serve.state import ReloadError, State, one_line
-from router.tracing import record_decisions
+from router.tracing import instrument_app, record_decisions
 
 log = logging.getLogger("intent_router.serve")
 REQUEST_ID_HEADER = "X-Request-ID"
@@ -80,25 +81,15 @@ def create_app(settings: ServeSettings | None = None, *, span_exporter=None) -> 
     app.openapi = openapi
     _add_error_handlers(app)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics, paths=KNOWN_PATHS)
+    if settings.max_connection_age:
+        app.add_middleware(ConnectionAge, max_age=settings.max_connection_age)
     _add_probes(app, state)
     _add_route(app, state, settings)
     _add_admin_reload(app, state, settings)
-    if settings.otel or span_exporter is not None:
-        _add_tracing(app, state, span_exporter)
+    if settings.otel or span_exporter is not None:  # the provider is flushed when the state closes
+        state.tracer_provider = instrument_app(app, span_exporter)
+        state.tracer = state.tracer_provider.get_tracer("intent_router")
     return app
-
-
-def _add_tracing(app: FastAPI, state: State, exporter) -> None:
-    """The FastAPI instrumentation's server span per request (probes and metrics left out), and the
-    route spans of router.tracing under it; the provider is flushed at shutdown."""
-    from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
-
-    from router.tracing import tracer_provider
-
-    provider = tracer_provider(exporter)
-    FastAPIInstrumentor.instrument_app(app, tracer_provider=provider, excluded_urls="healthz,readyz,metrics")
-    state.tracer_provider = provider
-    state.tracer = provider.get_tracer("intent_router")
 
 
 def _lifespan(settings: ServeSettings, state: State):

@@ -41,6 +41,9 @@ class ServeSettings:
     graceful_timeout: float = 30.0  # seconds to finish requests in flight on SIGTERM
     keep_alive_timeout: float = 75.0  # seconds an idle keep-alive connection stays open
     workers: int = 1  # server processes, each with its own Router (router.serve.workers)
+    # seconds a keep-alive connection lives before a response closes it (router.serve.connections), so a
+    # worker started later gets its share; None: 30 with several workers, off with one; 0: off
+    max_connection_age: float | None = None
     # decision log (router.decision_log): one DecisionLog per worker process
     decision_log: str | Path | None = None
     decision_log_format: str = "jsonl"
@@ -72,6 +75,10 @@ class ServeSettings:
             raise ValueError("inference_threads must be >= 0 and verifier_threads >= 1")
         if self.workers < 1:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
+        if self.max_connection_age is None:
+            self.max_connection_age = 30.0 if self.workers > 1 else 0.0
+        if self.max_connection_age < 0:
+            raise ValueError(f"max_connection_age must be >= 0 seconds, got {self.max_connection_age}")
         if self.keep_alive_timeout <= 0:
             raise ValueError(f"keep_alive_timeout must be > 0 seconds, got {self.keep_alive_timeout}")
         if self.decision_log_format not in ("jsonl", "parquet"):
