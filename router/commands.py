@@ -141,6 +141,19 @@ def serve(
             "admin reload's 'compare_report' names another."
         ),
     ] = None,
+    ray: bool = Opt(
+        False,
+        "--ray",
+        help="Serve as replicas on Ray Serve (extra 'ray-serve') instead of worker processes.",
+    ),
+    replicas: int = Opt(2, min=1, help="With --ray: replicas (the minimum, with --max-replicas)."),
+    max_replicas: Annotated[
+        int | None, Opt(min=1, help="With --ray: scale up to this many replicas as requests queue.")
+    ] = None,
+    ray_address: Annotated[
+        str | None,
+        Opt(help="With --ray: the cluster to join ('auto': the local node's); default: start one."),
+    ] = None,
     otel: bool = Opt(
         False,
         "--otel",
@@ -152,12 +165,22 @@ def serve(
 ) -> None:
     """Serve the router over HTTP (extra 'serve'): POST /v1/route, POST /admin/reload, /healthz, /readyz,
     /metrics; SIGHUP reloads the model and config."""
+    on_ray = {"replicas": replicas, "max_replicas": max_replicas, "address": ray_address}
     settings = {**locals(), "ort_threads": ort_threads or None}
+    for name in ("ray", "replicas", "max_replicas", "ray_address", "on_ray"):
+        settings.pop(name)
     from router.serve import ServeSettings
-    from router.serve.workers import run
 
     try:
-        code = run(ServeSettings(**settings))
+        if ray:
+            from router.serve.ray_app import check_ray, run_on_ray
+
+            check_ray(workers, max_replicas, replicas)
+            code = run_on_ray(ServeSettings(**settings), **on_ray)
+        else:
+            from router.serve.workers import run
+
+            code = run(ServeSettings(**settings))
     except ValueError as e:  # configuration: bad key file, address, limits or decision log
         raise fail(str(e), code=2) from None
     if code:

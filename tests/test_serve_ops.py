@@ -535,7 +535,9 @@ def test_two_workers_serve_aggregate_metrics_and_reload_together(tmp_path):
         new = f'model="{model_id(FAST)}"'
         sent = n + len(statuses)
         counts = [
-            re.search(rf'intent_router_requests_total\{{{m},path="/v1/route",status="200"\}} (\S+)', text)
+            re.search(
+                rf'intent_router_requests_total\{{{re.escape(m)},path="/v1/route",status="200"\}} (\S+)', text
+            )
             for m in (old, new)
         ]
         assert sum(float(c.group(1)) for c in counts) == sent

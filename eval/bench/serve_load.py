@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 KEY = "ir_bench-key-000000000000000000000000"
+READY_TIMEOUT = 180.0  # seconds: `serve --ray` starts a local Ray cluster first
 
 
 def _pct(xs: list[float]) -> dict:
@@ -246,7 +247,8 @@ def start_server(port: int, keyfile: Path, extra: list[str], log: Path) -> subpr
         p = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT)
     import httpx
 
-    for _ in range(400):
+    end = time.monotonic() + READY_TIMEOUT
+    while time.monotonic() < end and p.poll() is None:
         try:
             if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
                 return p

@@ -58,12 +58,13 @@ def _error(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
 
 
 # --------------------------------------------------------------------------------------- app
-def create_app(settings: ServeSettings | None = None, *, span_exporter=None) -> FastAPI:
+def create_app(settings: ServeSettings | None = None, *, span_exporter=None, shared=None) -> FastAPI:
     """The app for ``settings``: its Router loads in the background (or before serving, with
     ``load_before_serving``) and reloads on SIGHUP or POST /admin/reload. With ``settings.otel`` (or a
-    ``span_exporter``, e.g. an in-memory one) requests and routed messages are traced (router.tracing)."""
+    ``span_exporter``, e.g. an in-memory one) requests and routed messages are traced (router.tracing).
+    ``shared``: the targets shared with the other processes serving (router.serve.state.State)."""
     settings = settings or ServeSettings()
-    state = State(settings)
+    state = State(settings, shared)
     app = FastAPI(
         title="intent-router",
         version="1",

@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import json
 import os
+import signal
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -57,3 +58,20 @@ def target_origin(run_dir: Path) -> int | None:
     with contextlib.suppress(FileNotFoundError, KeyError, ValueError):
         return int(json.loads((run_dir / TARGET).read_text())["origin"])
     return None
+
+
+class RunDirTargets:
+    """The targets the workers of one supervisor share (``State.shared``): the run directory's
+    ``target.json``; a worker that publishes one has the supervisor send SIGHUP to the others. Another
+    store (router.serve.ray_app's, for Ray Serve replicas) has the same three members."""
+
+    def __init__(self, run_dir: Path, others: int) -> None:
+        self.run_dir, self.others = Path(run_dir), others
+
+    def read(self) -> Target | None:
+        return read_target(self.run_dir)
+
+    def publish(self, target: Target) -> Target:
+        recorded = write_target(self.run_dir, target)
+        os.kill(os.getppid(), signal.SIGUSR1)
+        return recorded

@@ -18,7 +18,6 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-import signal
 import sys
 import threading
 import time
@@ -31,7 +30,7 @@ from router.serve.auth import KeyStore
 from router.serve.engine import Engine, build_router, close_verifier
 from router.serve.prometheus import Metrics
 from router.serve.promotion import PromotionError, check_compare_report
-from router.serve.rundir import METRICS_DIR, Target, read_target, write_target
+from router.serve.rundir import METRICS_DIR, RunDirTargets, Target
 from router.serve.settings import ServeSettings
 
 log = logging.getLogger("intent_router.serve")
@@ -80,10 +79,15 @@ def open_decision_log(settings: ServeSettings) -> DecisionLog | None:
 
 
 class State:
-    def __init__(self, settings: ServeSettings) -> None:
+    def __init__(self, settings: ServeSettings, shared=None) -> None:
         self.settings = settings
         self.run_dir = Path(settings.run_dir) if settings.run_dir is not None else None
         self.metrics = Metrics(self.run_dir / METRICS_DIR if self.run_dir is not None else None)
+        # the targets this process shares with the others serving beside it (RunDirTargets, or another
+        # store with read/publish/others); None: it serves alone
+        if shared is None and self.run_dir is not None:
+            shared = RunDirTargets(self.run_dir, settings.workers - 1)
+        self.shared = shared
         self.keys: KeyStore | None = KeyStore.load(settings.key_file) if settings.key_file else None
         self.decision_log = open_decision_log(settings)
         self.engine: Engine | None = None
@@ -138,9 +142,9 @@ class State:
                 current, model=model or current.model, config=config or current.config, compare=report
             )
 
-        result = self._reload(chosen, wait, "admin request", share=self.run_dir is not None)
-        if self.run_dir is not None:
-            result["other_workers"] = self.settings.workers - 1
+        result = self._reload(chosen, wait, "admin request", share=self.shared is not None)
+        if self.shared is not None:
+            result["other_workers"] = self.shared.others
         return result
 
     def reload_on_signal(self) -> None:
@@ -198,8 +202,7 @@ class State:
     def _on_signal(self, current: Target) -> Target:
         """What SIGHUP loads: the run directory's newer target (another worker's admin reload), with the
         report that admitted it, else the paths serving now, read again, with the settings' report."""
-        own = self.target.generation if self.target is not None else 0
-        return current if current.generation > own else replace(current, compare=None)
+        return current if current.generation > self.generation else replace(current, compare=None)
 
     def _admit(self, router, target: Target, serving: str | None) -> None:
         """Refuse (PromotionError) a new model without a passed compare report against the serving one,
@@ -256,17 +259,21 @@ class State:
         model = s.model_dir if s.model_dir is not None else default_model_dir()
         return Target(str(Path(model).resolve()), str(Path(s.config).resolve()) if s.config else None)
 
-    # ------------------------------------------------------------------ the workers' run directory
+    # ------------------------------------------------------------- the targets shared with the others
+    @property
+    def generation(self) -> int:
+        """The generation of the target serving here (0: the configured one)."""
+        return self.target.generation if self.target is not None else 0
+
     def _newest(self) -> Target:
-        """This worker's target, or the run directory's when an admin reload in another wrote a newer one."""
+        """This process's target, or the shared one when an admin reload in another published a newer one."""
         own = self.target or self._configured()
         shared = self._shared_target()
         return shared if shared is not None and shared.generation > own.generation else own
 
     def _shared_target(self) -> Target | None:
-        return read_target(self.run_dir) if self.run_dir is not None else None
+        return self.shared.read() if self.shared is not None else None
 
     def _share(self, target: Target) -> None:
-        """Record ``target`` as the workers' newest and ask the supervisor to have the others load it."""
-        self.target = write_target(self.run_dir, target)
-        os.kill(os.getppid(), signal.SIGUSR1)
+        """Publish ``target`` as the newest, for the others to load."""
+        self.target = self.shared.publish(target)
