@@ -94,9 +94,15 @@ def serve(
     model_dir: ModelDir = None,
     config: RouterConfigFile = None,
     threshold: Threshold = None,
-    max_body_bytes: int = Opt(1_048_576, help="Larger request bodies get 413."),
-    max_messages: int = Opt(64, help="More messages in one request get 422."),
-    max_chars: int = Opt(10_000, help="Longer messages get 422."),
+    max_body_bytes: Annotated[
+        int | None, Opt(help="Larger request bodies get 413 (default: the config's limits, else 1048576).")
+    ] = None,
+    max_messages: Annotated[
+        int | None, Opt(help="More messages in one request get 422 (default: the config's limits, else 64).")
+    ] = None,
+    max_chars: Annotated[
+        int | None, Opt(help="Longer messages get 422 (default: the config's max_message_chars, else 10000).")
+    ] = None,
     inference_threads: int = Opt(0, help="Concurrent route() calls without a verifier; 0: one per core."),
     ort_threads: int = Opt(1, help="onnxruntime intra-op threads per call (0: all cores)."),
     verifier_url: VerifierURL = None,

@@ -57,6 +57,26 @@ def validate_threshold(v: float) -> float:
     return float(v)
 
 
+class VerifierOptions(BaseModel):
+    """The LLM verifier asked below the threshold: an OpenAI-compatible server's base URL, the model it
+    serves and the seconds per request. The command line's --verifier-url options take precedence."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    url: str = Field(min_length=1)
+    model: str | None = None
+    timeout: float | None = Field(None, gt=0)
+
+
+class ServiceLimits(BaseModel):
+    """What ``intent-router serve`` accepts in one request; its flags take precedence, and a limit set
+    nowhere keeps serve's default."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    max_messages: int | None = Field(None, ge=1)
+    max_message_chars: int | None = Field(None, ge=1)
+    max_body_bytes: int | None = Field(None, ge=1)
+
+
 class RouterConfig(BaseModel):
     """A router config names an entry per intent of the model it serves (``check_intents``): its skills
     and context budget. Below the threshold with no verifier answer, the skills of ``fallback_intents``
@@ -71,6 +91,9 @@ class RouterConfig(BaseModel):
     # a message in a language the model was not trained on goes to the verifier or the fallback
     # (router.language); false routes it on the model's reading, whatever its language
     language_check: bool = True
+    # the service's verifier and request limits, which reload with the config (docs/serve.md)
+    verifier: VerifierOptions | None = None
+    limits: ServiceLimits | None = None
     intents: dict[str, IntentSkills]
     skills: dict[str, Skill]
     roles: dict[str, Role]

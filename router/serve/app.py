@@ -197,9 +197,9 @@ def _add_route(app: FastAPI, state: State, settings: ServeSettings) -> None:
     )
     async def route(request: Request):
         principal = _authenticate(request, state)
-        body = await _read_body(request, settings.max_body_bytes)
+        body = await _read_body(request, state.limit("max_body_bytes"))
         req = _parse(body, RouteRequest)
-        texts = _texts(req, settings)
+        texts = _texts(req, state)
         role = _role(req, principal, state)
         engine = state.engine
         if engine is None:
@@ -238,7 +238,7 @@ def _add_admin_reload(app: FastAPI, state: State, settings: ServeSettings) -> No
     )
     async def admin_reload(request: Request):
         _authenticate_admin(request, state)
-        body = await _read_body(request, settings.max_body_bytes)
+        body = await _read_body(request, state.limit("max_body_bytes"))
         req = _parse(body, ReloadRequest) if body.strip() else ReloadRequest()
         try:
             return await asyncio.to_thread(state.reload, req.model, req.config, False, req.compare_report)
@@ -334,7 +334,8 @@ def _errors(errors) -> list[dict]:
     return [{"loc": [str(x) for x in e.get("loc", ())], "msg": e.get("msg", "")} for e in errors][:20]
 
 
-def _texts(req: RouteRequest, s: ServeSettings) -> list[str]:
+def _texts(req: RouteRequest, state: State) -> list[str]:
+    max_messages, max_chars = state.limit("max_messages"), state.limit("max_chars")
     if (req.message is None) == (req.messages is None):
         raise ApiError(
             422, "invalid_request", "give exactly one of 'message' (a string) or 'messages' (a list)"
@@ -342,31 +343,31 @@ def _texts(req: RouteRequest, s: ServeSettings) -> list[str]:
     texts = [req.message] if req.message is not None else req.messages
     if not texts:
         raise ApiError(422, "no_messages", "'messages' is empty")
-    if len(texts) > s.max_messages:
+    if len(texts) > max_messages:
         raise ApiError(
             422,
             "too_many_messages",
-            f"{len(texts)} messages; the limit is {s.max_messages}",
-            limit=s.max_messages,
+            f"{len(texts)} messages; the limit is {max_messages}",
+            limit=max_messages,
         )
     if req.previous is not None:
         if req.previous.decision is None and req.previous.message is None:
             raise ApiError(422, "invalid_request", "'previous' needs its 'decision', its 'message', or both")
-        if req.previous.message is not None and len(req.previous.message) > s.max_chars:
+        if req.previous.message is not None and len(req.previous.message) > max_chars:
             raise ApiError(
                 422,
                 "message_too_long",
-                f"the previous message has {len(req.previous.message)} characters; the limit is {s.max_chars}",
-                limit=s.max_chars,
+                f"the previous message has {len(req.previous.message)} characters; the limit is {max_chars}",
+                limit=max_chars,
             )
     for i, t in enumerate(texts):
-        if len(t) > s.max_chars:
+        if len(t) > max_chars:
             raise ApiError(
                 422,
                 "message_too_long",
-                f"message {i} has {len(t)} characters; the limit is {s.max_chars}",
+                f"message {i} has {len(t)} characters; the limit is {max_chars}",
                 index=i,
-                limit=s.max_chars,
+                limit=max_chars,
             )
     return texts
 

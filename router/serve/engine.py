@@ -30,8 +30,14 @@ class Engine:
         self._cond = threading.Condition()
         self._router = router
         self._busy: Counter[int] = Counter()  # id(router) -> requests routing on it now
-        threads = settings.verifier_threads if router.verifier is not None else settings.inference_threads
-        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="route")
+        self.settings = settings
+        self.pool = self._pool_for(router)
+
+    def _pool_for(self, router) -> ThreadPoolExecutor:
+        """Threads for ``router``: many with a verifier (its calls wait on HTTP), else one per core."""
+        s = self.settings
+        threads = s.verifier_threads if router.verifier is not None else s.inference_threads
+        return ThreadPoolExecutor(max_workers=threads, thread_name_prefix="route")
 
     @property
     def router(self):
@@ -56,6 +62,9 @@ class Engine:
         """Serve ``router`` from now on; returns the one it replaces."""
         with self._cond:
             old, self._router = self._router, router
+            if (old.verifier is None) != (router.verifier is None):  # a verifier added or removed
+                pool, self.pool = self.pool, self._pool_for(router)
+                pool.shutdown(wait=False)  # what it holds still runs
         return old
 
     def drain(self, router, timeout: float) -> bool:

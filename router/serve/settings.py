@@ -8,6 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 LOOPBACK_NAMES = ("localhost",)
+# the request limits without a flag or a router config's limits section
+LIMITS = {"max_body_bytes": 1_048_576, "max_messages": 64, "max_chars": 10_000}
+CONFIG_LIMITS = {
+    "max_body_bytes": "max_body_bytes",
+    "max_messages": "max_messages",
+    "max_chars": "max_message_chars",
+}
 
 
 def is_loopback(host: str) -> bool:
@@ -27,10 +34,10 @@ class ServeSettings:
     config: str | Path | None = None  # router config YAML (skills, roles, threshold)
     threshold: float | None = None
     key_file: str | Path | None = None  # API key hashes -> roles; None: loopback only, any role
-    # limits
-    max_body_bytes: int = 1_048_576  # 413 above this
-    max_messages: int = 64  # per request; 422 above this
-    max_chars: int = 10_000  # per message; 422 above this
+    # limits; None: the router config's (its limits section, which reloads with it), else LIMITS
+    max_body_bytes: int | None = None  # 413 above this
+    max_messages: int | None = None  # per request; 422 above this
+    max_chars: int | None = None  # per message; 422 above this
     # execution
     inference_threads: int = 0  # concurrent route() calls without a verifier; 0: one per core
     verifier_threads: int = 32  # concurrent route() calls with a verifier (they wait on HTTP)
@@ -66,8 +73,8 @@ class ServeSettings:
     load_before_serving: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("max_body_bytes", "max_messages", "max_chars"):
-            if int(getattr(self, name)) < 1:
+        for name in LIMITS:
+            if getattr(self, name) is not None and int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.inference_threads == 0:
             self.inference_threads = min(8, os.cpu_count() or 1)
@@ -107,3 +114,11 @@ class ServeSettings:
                 f"refusing to listen on {self.host} without a key file: without credentials any caller "
                 "could claim any role. Pass --key-file, or listen on 127.0.0.1."
             )
+
+
+def limit(settings: ServeSettings, name: str, config=None) -> int:
+    """A request limit: the flag's, else the router ``config``'s limits section's, else LIMITS'."""
+    value = getattr(settings, name)
+    if value is None and config is not None and config.limits is not None:
+        value = getattr(config.limits, CONFIG_LIMITS[name])
+    return int(value) if value is not None else LIMITS[name]

@@ -31,7 +31,7 @@ from router.serve.engine import Engine, build_router, close_verifier
 from router.serve.prometheus import Metrics
 from router.serve.promotion import PromotionError, check_compare_report
 from router.serve.rundir import METRICS_DIR, RunDirTargets, Target
-from router.serve.settings import ServeSettings
+from router.serve.settings import ServeSettings, limit
 
 log = logging.getLogger("intent_router.serve")
 
@@ -107,6 +107,11 @@ class State:
     def model_id(self) -> str | None:
         router = self.router
         return router.classifier.model_id if router is not None else None
+
+    def limit(self, name: str) -> int:
+        """A request limit (router.serve.settings.limit) under the serving router config."""
+        router = self.router
+        return limit(self.settings, name, router.config if router is not None else None)
 
     def breaker_state(self) -> str:
         breaker = getattr(getattr(self.router, "verifier", None), "breaker", None)

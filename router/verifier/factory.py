@@ -11,7 +11,11 @@ def build_verifier(
     url: str | None, model: str | None = None, timeout: float | None = None, config=None
 ) -> Verifier | None:
     """The verifier for an endpoint's base URL (an OpenAI-compatible chat completions server), or None
-    without one. ``config``: the router config, whose intents and skills the verifier's prompt lists."""
+    without one. ``config``: the router config, whose intents and skills the verifier's prompt lists; its
+    ``verifier`` section names the endpoint when ``url`` does not."""
+    options = getattr(config, "verifier", None)  # the router config's, where no URL is given
+    if not url and options is not None:
+        url, model, timeout = options.url, model or options.model, timeout or options.timeout
     if not url:
         return None
     from router.verifier.openai_compatible import LLMVerifier
