@@ -45,3 +45,23 @@ def test_statuses_are_counted_and_idle_connections_the_server_closed_are_not_reu
         assert r["statuses"] == {"200": 20} and r["errors"] == 0 and r["sent"] == 20
     finally:
         s.stop()
+
+
+@pytest.mark.slow
+def test_a_reload_during_the_open_loop_is_answered_and_no_request_fails(tmp_path):
+    from eval.bench.serve_load import KEY
+    from router.serve.auth import hash_key
+    from tests.conftest import FAST
+    from tests.test_serve_ops import model_id
+
+    keys = tmp_path / "keys.yaml"
+    keys.write_text(f"keys:\n  - {{id: bench, sha256: {hash_key(KEY)}, roles: [viewer], admin: true}}\n")
+    s = Server("--key-file", str(keys), tmp=tmp_path)
+    try:
+        msgs = ["where is the travel policy", "restart the indexing service"]
+        r = asyncio.run(open_loop(s.port, msgs, 20, 2, reloads=[str(FAST)]))
+        assert r["statuses"] == {"200": 40}
+        (answer,) = r["reloads"]
+        assert answer["status"] == 200 and answer["model_id"] == model_id(FAST)
+    finally:
+        s.stop()

@@ -28,12 +28,19 @@ def bench_serve(
     skip_faults: bool = Opt(False, "--skip-faults", help="Skip the 1,000 malformed requests."),
     server_args: str = Opt("", help="Extra `serve` arguments, e.g. --server-args='--ort-threads 2'."),
     data: Path = Opt(Path("data/test.jsonl"), help="JSONL messages to send."),
+    reload: Annotated[
+        list[Path] | None,
+        Opt(help="Model directory to reload to during the first rate (admin reload); repeat for several."),
+    ] = None,
 ) -> dict:
-    """Load-test `intent-router serve` on 127.0.0.1 (extra 'serve'): HTTP overhead, open- and closed-loop load, malformed requests."""
+    """Load-test `intent-router serve` on 127.0.0.1 (extra 'serve'): HTTP overhead, open- and closed-loop load, reloads under load, malformed requests."""
     from eval.bench.serve_load import run_bench_serve
 
     rate_list = [float(x) for x in rates.split(",")]
-    result = run_bench_serve(rate_list, seconds, sequential, not skip_faults, server_args.split(), data)
+    reloads = [str(p.resolve()) for p in reload or []]
+    result = run_bench_serve(
+        rate_list, seconds, sequential, not skip_faults, server_args.split(), data, reloads
+    )
     print(json.dumps(result, indent=2))
     return result
 

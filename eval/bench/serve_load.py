@@ -132,7 +132,31 @@ async def paired(port: int, router, msgs: list[str], n: int) -> tuple[list[float
     return local, http
 
 
-async def open_loop(port: int, msgs: list[str], rate: float, seconds: float) -> dict:
+async def reload_at(port: int, model: str, at: float, out: list[dict]) -> None:
+    """POST /admin/reload to ``model`` at ``at`` (perf_counter time); its answer is appended to ``out``."""
+    await asyncio.sleep(max(0.0, at - time.perf_counter()))
+    c, t0 = Conn(port), time.perf_counter()
+    status, body = await c.request(json.dumps({"model": model}).encode(), path="/admin/reload")
+    c.close()
+    answer = json.loads(body) if body else {}
+    error = answer.get("error", {})
+    out.append(
+        {
+            "model": model,
+            "status": status,
+            "seconds": round(time.perf_counter() - t0, 3),
+            "model_id": answer.get("model_id", error.get("model_id")),
+            "code": error.get("code"),
+            "message": error.get("message"),
+        }
+    )
+
+
+async def open_loop(
+    port: int, msgs: list[str], rate: float, seconds: float, reloads: list[str] | None = None
+) -> dict:
+    """Requests at ``rate`` for ``seconds``; with ``reloads``, an admin reload to each model directory in
+    turn, spread over the run (the answers under "reloads")."""
     idle: list[Conn] = []
     lat: list[float] = []
     statuses: dict[str, int] = {}
@@ -146,7 +170,11 @@ async def open_loop(port: int, msgs: list[str], rate: float, seconds: float) -> 
         count(statuses, s)
         idle.append(c)
 
-    tasks = []
+    answers: list[dict] = []
+    tasks = [
+        asyncio.create_task(reload_at(port, m, start + seconds * (k + 1) / (len(reloads) + 1), answers))
+        for k, m in enumerate(reloads or [])
+    ]
     for i in range(n):
         at = start + i / rate
         delay = at - time.perf_counter()
@@ -165,6 +193,7 @@ async def open_loop(port: int, msgs: list[str], rate: float, seconds: float) -> 
         "statuses": _sorted(statuses),
         "achieved_rps": round(n / wall, 1),
         **_pct(lat),
+        **({"reloads": answers} if reloads else {}),
     }
 
 
@@ -275,16 +304,18 @@ def run_bench_serve(
     with_faults: bool = True,
     server_args: list[str] | None = None,
     data: Path = Path("data/test.jsonl"),
+    reloads: list[str] | None = None,
 ) -> dict:
     """Start the server with ``server_args`` and drive it with the messages of ``data``: sequential
     requests beside in-process routing, open loop at each of ``rates`` (stopping once p99 passes
-    100 ms), 32 closed-loop clients, and (``with_faults``) 1,000 malformed requests."""
+    100 ms; the first rate with an admin reload to each of ``reloads`` during it), 32 closed-loop
+    clients, and (``with_faults``) 1,000 malformed requests."""
     from router.serve.auth import hash_key
 
     msgs = [json.loads(line)["text"] for line in data.read_text().splitlines() if line]
     tmp = Path(tempfile.mkdtemp())
     kf = tmp / "keys.yaml"
-    kf.write_text(f"keys:\n  - {{id: bench, sha256: {hash_key(KEY)}, roles: [viewer, admin]}}\n")
+    kf.write_text(f"keys:\n  - {{id: bench, sha256: {hash_key(KEY)}, roles: [viewer, admin], admin: true}}\n")
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
@@ -300,8 +331,10 @@ def run_bench_serve(
         out["http_sequential"] = _pct(seq)
         out["http_added_p50_ms"] = round(out["http_sequential"]["p50"] - out["in_process"]["p50"], 3)
         out["open_loop"] = []
-        for rate in rates:
-            r = asyncio.run(open_loop(port, msgs, rate, seconds))
+        for k, rate in enumerate(rates):
+            r = asyncio.run(open_loop(port, msgs, rate, seconds, reloads if k == 0 else None))
+            for a in r.get("reloads", []):
+                print(f"reload to {a['model']}: {a['status']} {a['code'] or a['model_id']}", file=sys.stderr)
             out["open_loop"].append(r)
             _print_statuses(f"open loop {rate:g}/s", r["statuses"], f"p50 {r['p50']} p99 {r['p99']} ms")
             if r["p99"] > 100:  # far past the goal: higher rates only queue up
