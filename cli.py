@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "eval.compare.commands",  # compare, replay
     "eval.review.commands",  # review
     "router.commands",  # route, serve, score, schema, config check
+    "router.tools.commands",  # tools import, tools search
     "eval.bench.commands",  # bench serve, bench score, bench languages
     "training.benchmarks.commands",  # bench dataset, scope, examples, project, encoders
 )

@@ -39,9 +39,11 @@ app = typer.Typer(
 data_app = typer.Typer(help="Corpus tools.", no_args_is_help=True)
 bench_app = typer.Typer(help="Benchmarks: speed, public intent datasets.", no_args_is_help=True)
 config_app = typer.Typer(help="Router config tools.", no_args_is_help=True)
+tools_app = typer.Typer(help="The tool registry: import tool specs, search them.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
 app.add_typer(bench_app, name="bench")
 app.add_typer(config_app, name="config")
+app.add_typer(tools_app, name="tools")
 
 # Options shared by several commands, declared once.
 

@@ -1,0 +1,78 @@
+"""`intent-router tools import` and `tools search`: the tool registry from the command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from router.console import ModelDir, Opt, RouterConfigFile, command, fail, say, tools_app
+
+Registry = Annotated[Path, Opt("--registry", help="Tool registry YAML to write or read.")]
+
+
+@tools_app.command("import")
+@command()
+def tools_import(
+    spec: Path = typer.Argument(
+        ..., help="Tool specs: an MCP tools/list answer, or OpenAI or Anthropic tools."
+    ),
+    fmt: str = Opt(..., "--format", help="mcp, openai or anthropic."),
+    skill: str = Opt(
+        ..., help="The router config's skill (the MCP server, the catalogue) the tools belong to."
+    ),
+    registry: Registry = Path("tools.yaml"),
+    config: RouterConfigFile = None,
+) -> None:
+    """Read tool specs into the registry (created, or extended): each tool under --skill, checked against
+    the router config's skills; nothing is written on any error."""
+    from router.config import RouterConfig
+    from router.strict import StrictLoadError
+    from router.tools.importers import import_tools
+    from router.tools.registry import ToolRegistry, ToolRegistryError
+
+    try:
+        cfg = RouterConfig.load(config)
+        tools = import_tools(spec, fmt, skill)
+        current = ToolRegistry.load(registry) if registry.exists() else ToolRegistry()
+        updated = current.extended(tools, str(spec))
+        updated.check_skills(cfg.skills, str(spec))
+    except (ToolRegistryError, StrictLoadError, FileNotFoundError) as e:
+        raise fail(str(e), code=2) from None
+    updated.save(registry)
+    say(f"{len(tools)} tools of skill {skill!r} from {spec} -> {registry} ({len(updated.tools)} tools)")
+
+
+@tools_app.command("search")
+@command()
+def tools_search(
+    queries: list[str] = typer.Argument(..., help="Request(s) to find tools for."),
+    registry: Registry = Path("tools.yaml"),
+    k: int = Opt(5, min=1, help="Tools per request."),
+    model: ModelDir = None,
+    lexical_only: bool = Opt(False, "--lexical-only", help="BM25 alone, without the model's embedding."),
+) -> None:
+    """The top k tools of the registry for each request, with no intent gating: one JSON line per request
+    ({query, tools: [{name, skill, score, lexical, dense, requires_confirmation, definition}]})."""
+    from router.tools.registry import ToolRegistry, ToolRegistryError
+    from router.tools.search import ToolIndex
+
+    try:
+        reg = ToolRegistry.load(registry)
+    except ToolRegistryError as e:
+        raise fail(str(e), code=2) from None
+    embed, model_id = None, ""
+    if not lexical_only:
+        from router.classifier import Classifier
+        from router.shipped import default_model_dir
+
+        clf = Classifier(model or default_model_dir())
+        embed, model_id = clf.embed, clf.model_id
+    index = ToolIndex(reg, embed, cache_dir=registry.parent / ".tool-cache", model_id=model_id)
+    defs = reg.by_name()
+    for q in queries:
+        hits = index.search(q, k)
+        tools = [{**h.to_dict(), "definition": defs[h.name].definition()} for h in hits]
+        print(json.dumps({"query": q, "tools": tools}, ensure_ascii=False))

@@ -1,0 +1,188 @@
+"""The tool registry: the functions an agent may call, each under the skill (MCP server, function
+catalogue) it belongs to, beside the router config whose skills they extend.
+
+A registry is a YAML (or JSON) file: ``tools``, a list of
+
+- ``name``: unique in the registry;
+- ``description``: what the tool does, in words (not empty: tool search reads it);
+- ``skill``: the router config's skill it belongs to;
+- ``input_schema``: a JSON Schema of its arguments (an object schema; default: no arguments);
+- ``permissions``: what a caller's role must hold, beside the skill's own (router.rbac);
+- ``requires_confirmation``: the agent should ask before calling it.
+
+It is loaded strictly (router.strict): an unknown field, a duplicate key or name, an empty description or
+a schema that is not JSON Schema is an error naming the file, the line where it can, and the field.
+``check_skills`` checks it against a router config. ``digest`` names its content, for caches of what is
+computed from it (the tools' embeddings).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from router.strict import StrictLoadError, format_validation_error, load_json, load_yaml
+
+JSON_TYPES = {"object", "array", "string", "number", "integer", "boolean", "null"}
+
+
+class ToolRegistryError(ValueError):
+    """A registry or a tool spec that cannot be used; the message names the file and the field."""
+
+
+class Tool(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    name: str = Field(min_length=1, max_length=128)
+    description: str
+    skill: str = Field(min_length=1)
+    input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    permissions: list[str] = Field(default_factory=list)
+    requires_confirmation: bool = False
+
+    @field_validator("description")
+    @classmethod
+    def _described(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("the description is empty: tool search reads it, so say what the tool does")
+        return v
+
+    @field_validator("input_schema")
+    @classmethod
+    def _schema(cls, v: dict) -> dict:
+        check_json_schema(v)
+        return v
+
+    def definition(self) -> dict:
+        """The tool as an agent loads it (name, description, input schema)."""
+        return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
+
+
+def check_json_schema(schema: Any, where: str = "input_schema") -> None:
+    """Raise ValueError unless ``schema`` is a JSON Schema of a tool's arguments: an object schema whose
+    keywords are well formed (checked in full against the metaschema when ``jsonschema`` is installed)."""
+    if not isinstance(schema, dict):
+        raise ValueError(f"{where} must be a JSON Schema object, got {type(schema).__name__}")
+    kind = schema.get("type", "object")
+    if kind != "object":
+        raise ValueError(f"{where}: a tool's arguments are an object schema, got type {kind!r}")
+    props = schema.get("properties", {})
+    if not isinstance(props, dict) or not all(isinstance(p, dict) for p in props.values()):
+        raise ValueError(f"{where}.properties must map each argument to a schema")
+    for name, prop in props.items():
+        types = prop.get("type")
+        for t in types if isinstance(types, list) else [types] if types is not None else []:
+            if t not in JSON_TYPES:
+                raise ValueError(f"{where}.properties.{name}.type {t!r} is not a JSON Schema type")
+    required = schema.get("required", [])
+    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+        raise ValueError(f"{where}.required must be a list of argument names")
+    try:
+        from jsonschema import Draft202012Validator
+        from jsonschema.exceptions import SchemaError
+    except ImportError:
+        return
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as e:
+        path = ".".join(str(p) for p in e.path)
+        raise ValueError(f"{where}{'.' + path if path else ''}: not JSON Schema ({e.message})") from None
+
+
+class ToolRegistry(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    tools: list[Tool] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique(self) -> ToolRegistry:
+        seen: set[str] = set()
+        for i, t in enumerate(self.tools):
+            if t.name in seen:
+                raise ValueError(f"tools.{i}.name {t.name!r} repeats another tool's name")
+            seen.add(t.name)
+        return self
+
+    @property
+    def digest(self) -> str:
+        """The first 16 hex digits of the sha256 of the registry's canonical JSON."""
+        text = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+    def by_name(self) -> dict[str, Tool]:
+        return {t.name: t for t in self.tools}
+
+    def check_skills(self, skills: Iterable[str], source: str = "the tool registry") -> None:
+        """Raise ToolRegistryError naming each tool of a skill the router config does not register."""
+        known = set(skills)
+        bad = [
+            f"tools.{i}.skill {t.skill!r} ({t.name})"
+            for i, t in enumerate(self.tools)
+            if t.skill not in known
+        ]
+        if bad:
+            raise ToolRegistryError(
+                f"{source}: {'; '.join(bad)}: not a skill of the router config "
+                f"(its skills: {', '.join(sorted(known))})"
+            )
+
+    def extended(self, tools: Sequence[Tool], source: str) -> ToolRegistry:
+        """This registry with ``tools`` added; a name already registered is an error naming ``source``."""
+        have = self.by_name()
+        clash = [t.name for t in tools if t.name in have]
+        if clash:
+            raise ToolRegistryError(f"{source}: tool(s) {', '.join(clash)} are in the registry already")
+        return ToolRegistry(tools=[*self.tools, *tools])
+
+    @classmethod
+    def load(cls, path: str | Path) -> ToolRegistry:
+        p = Path(path)
+        if not p.is_file():
+            raise ToolRegistryError(f"tool registry not found: {p}")
+        return cls.loads(read_utf8(p), str(p))
+
+    @classmethod
+    def loads(cls, text: str, source: str = "<tools>") -> ToolRegistry:
+        try:
+            data, lines = load_yaml(text, source)
+        except StrictLoadError as e:
+            raise ToolRegistryError(str(e)) from None
+        if not isinstance(data, dict):
+            raise ToolRegistryError(f"{source}:1: a tool registry is a mapping with 'tools'")
+        try:
+            return cls.model_validate(data)
+        except ValueError as e:  # pydantic.ValidationError
+            raise ToolRegistryError(format_validation_error(e, source, lines, "tool registry")) from None
+
+    def save(self, path: str | Path) -> Path:
+        """Write the registry as YAML, atomically."""
+        import yaml
+
+        p = Path(path)
+        tmp = p.with_suffix(p.suffix + ".tmp")
+        data = self.model_dump(mode="json")
+        tmp.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=110), encoding="utf-8")
+        tmp.replace(p)
+        return p
+
+
+def read_utf8(path: Path) -> str:
+    """A file's text; a file that is not UTF-8 is a ToolRegistryError naming the byte."""
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ToolRegistryError(
+            f"{path}: not UTF-8 (byte {e.start}: {raw[e.start : e.start + 1]!r})"
+        ) from None
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file, strictly (router.strict.load_json), as UTF-8."""
+    try:
+        return load_json(read_utf8(path), str(path))
+    except StrictLoadError as e:
+        raise ToolRegistryError(str(e)) from None
