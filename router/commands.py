@@ -147,6 +147,12 @@ def serve(
             "admin reload's 'compare_report' names another."
         ),
     ] = None,
+    tools: Annotated[
+        Path | None,
+        Opt(
+            help="Tool registry YAML: each decision gets the few tools it needs; read again at every reload."
+        ),
+    ] = None,
     ray: bool = Opt(
         False,
         "--ray",
@@ -217,18 +223,27 @@ def route(
     verifier_url: VerifierURL = None,
     verifier_model: VerifierModel = None,
     verifier_timeout: VerifierTimeout = None,
+    tools: Annotated[
+        Path | None, Opt(help="Tool registry YAML: each decision gets the few tools of its skills it needs.")
+    ] = None,
     as_json: Annotated[bool, Opt("--json", help="Print full decisions as JSON (one line each).")] = False,
 ) -> None:
-    """Route messages: intent, confidence, granted and denied skills."""
+    """Route messages: intent, confidence, granted and denied skills (and tools, with --tools)."""
     from router.config import RouterConfig
     from router.routing import Router
+    from router.tools.registry import ToolRegistryError
 
     messages = (_read_messages(file) if file is not None else []) + list(texts or [])
     if not messages:
         raise fail("give a message, or --file FILE / --file - for stdin", code=2)
     cfg = RouterConfig.load(config)
     verifier = make_verifier(verifier_url, verifier_model, verifier_timeout, cfg)
-    router = Router.load(model, config=cfg, verifier=verifier, threshold=threshold, variant=variant)
+    try:
+        router = Router.load(
+            model, config=cfg, verifier=verifier, threshold=threshold, variant=variant, tools=tools
+        )
+    except ToolRegistryError as e:
+        raise fail(str(e), code=2) from None
     decisions = (
         router.route_batch(messages, role, context=context)
         if verifier is None
@@ -240,6 +255,13 @@ def route(
         return
     d = decisions[0]
     print(json.dumps(d.brief()))  # one JSON line, never wrapped, whatever the terminal's width
+    if d.tools is not None:
+        picked = ", ".join(
+            f"{t.name}{' (confirm)' if t.requires_confirmation else ''}" for t in d.tools.tools
+        )
+        console.print(
+            f"  tools: {picked or 'none applies'} ({d.tools.tokens_saved} tokens saved)", highlight=False
+        )
     for x in d.denied:
         console.print(f"  denied {x.skill}{' (required)' if x.required else ''}: {x.reason}", highlight=False)
     if d.message:

@@ -77,6 +77,15 @@ class ServiceLimits(BaseModel):
     max_body_bytes: int | None = Field(None, ge=1)
 
 
+class ToolSearch(BaseModel):
+    """How the router picks tools of the granted skills out of a tool registry (router.tools.stage)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    k: int = Field(5, ge=1, le=100)
+    min_score: float = Field(0.0, ge=0.0)  # a tool must score above this; none does: none applies
+    token_budget: int = Field(4000, ge=1)  # estimated tokens of the picked definitions, at most
+
+
 class RouterConfig(BaseModel):
     """A router config names an entry per intent of the model it serves (``check_intents``): its skills
     and context budget. Below the threshold with no verifier answer, the skills of ``fallback_intents``
@@ -94,6 +103,8 @@ class RouterConfig(BaseModel):
     # the service's verifier and request limits, which reload with the config (docs/serve.md)
     verifier: VerifierOptions | None = None
     limits: ServiceLimits | None = None
+    # with a tool registry (Router.load(tools=...)), the tools of the granted skills a message needs
+    tool_search: ToolSearch = Field(default_factory=ToolSearch)
     intents: dict[str, IntentSkills]
     skills: dict[str, Skill]
     roles: dict[str, Role]

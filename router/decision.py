@@ -38,6 +38,7 @@ class ReasonCode(str, Enum):
 
 
 # the message of a ``clarify`` Decision, for a caller that reads only the message
+OUT_OF_SCOPE_MESSAGE = "out of scope: the message needs no skill; reply directly without loading any"
 CLARIFY_MESSAGE = (
     "unsure of the intent, with no verifier answer and no fallback intents: no skills are loaded; ask the "
     "user what they need"
@@ -82,6 +83,28 @@ class InputInfo(BaseModel):
     chars: int
     truncated_chars: bool = False
     truncated_tokens: bool = False
+
+
+class ToolPick(BaseModel):
+    """A tool of the registry picked for the message (router.tools.stage)."""
+
+    name: str
+    skill: str
+    score: float = Field(description="BM25 score of the tool's words against the message.")
+    requires_confirmation: bool = False
+    tokens: int = Field(description="Estimated context tokens of its definition (characters / 4).")
+
+
+class ToolSelection(BaseModel):
+    """The few tools of the granted skills the message needs, out of the tool registry."""
+
+    tools: list[ToolPick] = Field(default_factory=list, description="Best first; at most the config's k.")
+    none_applies: bool = Field(
+        description="No tool of the granted skills scored above the config's min_score: load none."
+    )
+    candidates: int = Field(description="Tools of the granted skills the role may use.")
+    tokens_loaded: int = Field(description="Estimated tokens of the picked tools' definitions.")
+    tokens_saved: int = Field(description="Estimated tokens of the candidates' definitions not loaded.")
 
 
 class Scope(BaseModel):
@@ -137,6 +160,9 @@ class Decision(BaseModel):
     model_id: str
     input: InputInfo
     latency: Latency = Field(default_factory=Latency)
+    tools: ToolSelection | None = Field(
+        None, description="The tools picked out of the tool registry; null when the router has none."
+    )
     trace: list[TraceStep] = Field(default_factory=list)
 
     def brief(self) -> dict:

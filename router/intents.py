@@ -64,3 +64,10 @@ def check_labels(labels: Sequence[str], source: str = "the corpus") -> tuple[str
             f"{source}: every label is reserved ({', '.join(RESERVED)}); name at least one intent"
         )
     return tuple(labels)
+
+
+def intent_pair(intent: str | None, secondary: str | None) -> tuple[str, ...]:
+    """``intent`` and, for a compound request, a different ``secondary``; () without an intent."""
+    if intent is None:
+        return ()
+    return (intent,) if secondary in (None, intent) else (intent, secondary)

@@ -1,4 +1,4 @@
-"""Router: guardrail -> classifier -> threshold -> verifier or fallback -> skills -> RBAC -> Decision.
+"""Router: guardrail -> classifier -> threshold -> verifier or fallback -> skills -> RBAC -> tools -> Decision.
 
 One message through ``Router.route``: router.message admits it (guardrail) and classifies the batch it is
 part of; ``Router._classified`` then reads the Classification in named steps (the turn reader's reading
@@ -34,15 +34,17 @@ from router.conversation import (
     resolve_context,
     with_prior,
 )
-from router.decision import CLARIFY_MESSAGE, Decision, ReasonCode
+from router.decision import CLARIFY_MESSAGE, OUT_OF_SCOPE_MESSAGE, Decision, ReasonCode
 from router.decision_log import DecisionLog, config_hash
 from router.examples import ExampleIntents
 from router.grants import SkillGrants
-from router.intents import RESERVED, intents_of
+from router.intents import RESERVED, intent_pair, intents_of
 from router.language import LanguageCheck
 from router.message import Message, admit, classify_admitted
 from router.shipped import default_model_dir
 from router.steps import compound_step, ranking, scope_of, step
+from router.tools.registry import ToolRegistry
+from router.tools.stage import ToolStage
 from router.verifier import Verifier
 from router.verifier.stage import Verification, check_verifier, verify_stage
 
@@ -60,8 +62,7 @@ class Ask:
 
 @dataclass(frozen=True)
 class Route:
-    """Where a message goes before skills and RBAC: its intents (none: the fallback's skills), and the
-    Decision's source and reason."""
+    """Where a message goes before skills and RBAC: its intents (none: the fallback's), source and reason."""
 
     intents: tuple[str, ...]
     source: str
@@ -80,6 +81,7 @@ class Router:
         verifier: Verifier | None = None,
         threshold: float | None = None,
         decision_log: DecisionLog | None = None,
+        tools: str | Path | ToolRegistry | None = None,
     ) -> None:
         self.classifier = classifier
         self.decision_log = decision_log  # every top-level routed message is recorded there (opt-in)
@@ -104,6 +106,7 @@ class Router:
         self.reads_turns = self.conversational and getattr(classifier, "turn_reader", None) is not None
         self.context_weight = context_weight(classifier.label_counts)
         self.config_sha = config_hash(self.config)  # which config routed a logged message
+        self.tools = ToolStage.of(tools, self.config)  # a tool registry's tools, picked per message
 
     @classmethod
     def load(
@@ -115,11 +118,12 @@ class Router:
         variant: str | None = None,
         intra_op_threads: int | None = None,
         decision_log: DecisionLog | None = None,
+        tools: str | Path | ToolRegistry | None = None,
     ) -> Router:
         cfg = config if isinstance(config, RouterConfig) else RouterConfig.load(config)
         # the Classifier resolves a shipped model's name (router.shipped.resolve_model_dir)
         clf = Classifier(model_dir or default_model_dir(), variant=variant, intra_op_threads=intra_op_threads)
-        return cls(clf, cfg, verifier=verifier, threshold=threshold, decision_log=decision_log)
+        return cls(clf, cfg, verifier, threshold, decision_log, tools)
 
     # ------------------------------------------------------------------------------------ route
     def route(
@@ -143,6 +147,8 @@ class Router:
         its Decision are recorded (router.decision_log), with ``log_fields`` (e.g. the service's request
         and key ids) in each record."""
         decisions = self._route_batch(texts, role, previous, context)
+        if self.tools is not None:
+            self.tools.apply(decisions, texts)
         if self.decision_log is not None:
             for text, d in zip(texts, decisions, strict=True):
                 message = text if isinstance(text, str) else ""
@@ -262,7 +268,7 @@ class Router:
         m.trace.append(step("threshold", "accepted", detail))
         if c.intent_scores is not None:
             m.trace.append(compound_step(c))
-        return Route(_intents(ask.primary, ask.secondary), "classifier", reason)
+        return Route(intent_pair(ask.primary, ask.secondary), "classifier", reason)
 
     def _unsure(self, m: Message, c: Classification, ask: Ask, signals: list[str], reading: Reading) -> Route:
         """Unsure, or out of scope right after a turn it may continue ("yes", "and for next week?"): the
@@ -275,8 +281,10 @@ class Router:
         v = self._verify(m, c, lambda: ctx or self._context(m))
         if v.intent is None and v.reason != ReasonCode.OUT_OF_SCOPE and reading.follow_up and ctx is not None:
             m.trace.append(step("follow_up", "kept_previous", ctx.detail()))
-            return Route(_intents(ctx.intents[0], ctx.secondary), "fallback", ReasonCode.FOLLOW_UP_UNVERIFIED)
-        return Route(_intents(v.intent, v.secondary), v.source, v.reason)
+            return Route(
+                intent_pair(ctx.intents[0], ctx.secondary), "fallback", ReasonCode.FOLLOW_UP_UNVERIFIED
+            )
+        return Route(intent_pair(v.intent, v.secondary), v.source, v.reason)
 
     def _unreadable(self, m: Message, c: Classification, scope: dict) -> Decision:
         """A message in a language the model does not read: the verifier's intents or verdict, else the
@@ -285,7 +293,7 @@ class Router:
         if v.reason == ReasonCode.OUT_OF_SCOPE:  # the verifier read it: no skill needed
             return self._out_of_scope(m, c, {**scope, "signals": ["verifier"]}, v.source)
         if v.intent is not None:
-            return self._routed(m, c, scope, Route(_intents(v.intent, v.secondary), v.source, v.reason))
+            return self._routed(m, c, scope, Route(intent_pair(v.intent, v.secondary), v.source, v.reason))
         m.trace.append(step("fallback", "used", {"intents": list(self.config.fallback_intents)}))
         return self._routed(m, c, scope, Route((), "fallback", ReasonCode.UNSUPPORTED_LANGUAGE))
 
@@ -387,12 +395,4 @@ class Router:
         )
 
     def _out_of_scope(self, m: Message, c: Classification, scope: dict, source: str) -> Decision:
-        message = "out of scope: the message needs no skill; reply directly without loading any"
-        return self._skill_free(m, ReasonCode.OUT_OF_SCOPE, source, True, message, c, scope)
-
-
-def _intents(intent: str | None, secondary: str | None) -> tuple[str, ...]:
-    """``intent`` and, for a compound request, a different ``secondary``; () without an intent."""
-    if intent is None:
-        return ()
-    return (intent,) if secondary in (None, intent) else (intent, secondary)
+        return self._skill_free(m, ReasonCode.OUT_OF_SCOPE, source, True, OUT_OF_SCOPE_MESSAGE, c, scope)

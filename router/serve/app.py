@@ -11,22 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
-import re
 import signal
 import time
-import uuid
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ValidationError
+from fastapi.responses import Response
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from router.serve.auth import Principal, key_from_headers
 from router.serve.connections import ConnectionAge
 from router.serve.models import (
     ErrorResponse,
@@ -34,27 +29,40 @@ from router.serve.models import (
     ReloadResponse,
     RouteRequest,
     RouteResponse,
+    ToolHit,
+    ToolSearchRequest,
+    ToolSearchResponse,
     openapi_with_intents,
 )
 from router.serve.prometheus import MODEL_SCOPE_KEY, MetricsMiddleware
-from router.serve.settings import ServeSettings, is_loopback
+from router.serve.requests import (
+    REQUEST_ID_HEADER,
+    ApiError,
+    authenticate,
+    authenticate_admin,
+    error_response,
+    parse,
+    read_body,
+    request_id,
+    route_role,
+    route_texts,
+    validation_errors,
+)
+from router.serve.settings import ServeSettings
 from router.serve.state import ReloadError, State, one_line
 from router.tracing import instrument_app, record_decisions
 
 log = logging.getLogger("intent_router.serve")
-REQUEST_ID_HEADER = "X-Request-ID"
-REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-KNOWN_PATHS = ("/v1/route", "/admin/reload", "/healthz", "/readyz", "/metrics", "/openapi.json", "/docs")
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message, self.extra = status, code, message, extra
-
-
-def _error(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message, **extra}}, status_code=status)
+KNOWN_PATHS = (
+    "/v1/route",
+    "/v1/tools/search",
+    "/admin/reload",
+    "/healthz",
+    "/readyz",
+    "/metrics",
+    "/openapi.json",
+    "/docs",
+)
 
 
 # --------------------------------------------------------------------------------------- app
@@ -87,6 +95,7 @@ def create_app(settings: ServeSettings | None = None, *, span_exporter=None, sha
     _add_probes(app, state)
     _add_route(app, state, settings)
     _add_admin_reload(app, state, settings)
+    _add_tool_search(app, state, settings)
     if settings.otel or span_exporter is not None:  # the provider is flushed when the state closes
         state.tracer_provider = instrument_app(app, span_exporter)
         state.tracer = state.tracer_provider.get_tracer("intent_router")
@@ -144,18 +153,18 @@ def _add_error_handlers(app: FastAPI) -> None:
     """Every error in one shape: {"error": {"code", "message", ...}}, 404 and 405 included."""
 
     @app.exception_handler(ApiError)
-    async def _api_error(request: Request, e: ApiError):
-        return _error(e.status, e.code, e.message, **e.extra)
+    async def _apierror_response(request: Request, e: ApiError):
+        return error_response(e.status, e.code, e.message, **e.extra)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request: Request, e: StarletteHTTPException):
+    async def _httperror_response(request: Request, e: StarletteHTTPException):
         code = {404: "not_found", 405: "method_not_allowed"}.get(e.status_code, "http_error")
-        return _error(e.status_code, code, str(e.detail))
+        return error_response(e.status_code, code, str(e.detail))
 
     @app.exception_handler(RequestValidationError)
-    async def _validation_error(request: Request, e: RequestValidationError):
-        return _error(
-            422, "invalid_request", "request does not match the schema", details=_errors(e.errors())
+    async def _validationerror_response(request: Request, e: RequestValidationError):
+        return error_response(
+            422, "invalid_request", "request does not match the schema", details=validation_errors(e.errors())
         )
 
 
@@ -169,8 +178,8 @@ def _add_probes(app: FastAPI, state: State) -> None:
         router = state.router
         if router is None:
             if state.error:
-                return _error(503, "model_failed", state.error, pid=os.getpid())
-            return _error(503, "loading", "the model is loading", pid=os.getpid())
+                return error_response(503, "model_failed", state.error, pid=os.getpid())
+            return error_response(503, "loading", "the model is loading", pid=os.getpid())
         return {
             "status": "ready",
             "model_id": router.classifier.model_id,
@@ -196,11 +205,11 @@ def _add_route(app: FastAPI, state: State, settings: ServeSettings) -> None:
         openapi_extra=_body_schema(RouteRequest),
     )
     async def route(request: Request):
-        principal = _authenticate(request, state)
-        body = await _read_body(request, state.limit("max_body_bytes"))
-        req = _parse(body, RouteRequest)
-        texts = _texts(req, state)
-        role = _role(req, principal, state)
+        principal = authenticate(request, state)
+        body = await read_body(request, state.limit("max_body_bytes"))
+        req = parse(body, RouteRequest)
+        texts = route_texts(req, state)
+        role = route_role(req, principal, state)
         engine = state.engine
         if engine is None:
             raise ApiError(503, "not_ready", "the model is not loaded yet; poll /readyz")
@@ -209,14 +218,14 @@ def _add_route(app: FastAPI, state: State, settings: ServeSettings) -> None:
             engine.release(router)
             raise ApiError(422, "unknown_role", f"unknown role {role!r}", roles=sorted(router.config.roles))
         prev = req.previous
-        request_id = _request_id(request)
-        fields = {"request_id": request_id, "key_id": principal.key_id if principal is not None else None}
+        rid = request_id(request)
+        fields = {"request_id": rid, "key_id": principal.key_id if principal is not None else None}
         started = time.time_ns()
         decisions = await engine.route(  # releases the Router when its work ends
             router, texts, role, prev.decision if prev else None, prev.message if prev else None, fields
         )
         if state.tracer is not None:
-            record_decisions(state.tracer, decisions, started, {"request_id": request_id})
+            record_decisions(state.tracer, decisions, started, {"request_id": rid})
         model_id = router.classifier.model_id
         request.scope[MODEL_SCOPE_KEY] = model_id
         m = state.metrics
@@ -225,7 +234,40 @@ def _add_route(app: FastAPI, state: State, settings: ServeSettings) -> None:
         if router.verifier is not None:
             m.set_breaker(state.breaker_state())
         payload = b'{"decisions":[' + b",".join(d.model_dump_json().encode() for d in decisions) + b"]}"
-        return Response(payload, media_type="application/json", headers={REQUEST_ID_HEADER: request_id})
+        return Response(payload, media_type="application/json", headers={REQUEST_ID_HEADER: rid})
+
+
+def _add_tool_search(app: FastAPI, state: State, settings: ServeSettings) -> None:
+    @app.post(
+        "/v1/tools/search",
+        summary="A query's top k tools of the tool registry (serve --tools), with no intent gating",
+        response_model=ToolSearchResponse,
+        responses={400: ERR, 401: ERR, 403: ERR, 404: ERR, 413: ERR, 422: ERR, 503: ERR},
+        openapi_extra=_body_schema(ToolSearchRequest),
+    )
+    async def tools_search(request: Request):
+        principal = authenticate(request, state)
+        req = parse(await read_body(request, state.limit("max_body_bytes")), ToolSearchRequest)
+        role = route_role(req, principal, state)
+        router = state.router
+        if router is None:
+            raise ApiError(503, "not_ready", "the model is not loaded yet; poll /readyz")
+        if router.tools is None:
+            raise ApiError(
+                404, "no_tool_registry", "this service has no tool registry: start it with --tools FILE"
+            )
+        if role not in router.config.roles:
+            raise ApiError(422, "unknown_role", f"unknown role {role!r}", roles=sorted(router.config.roles))
+        stage = router.tools
+        allowed = [s for s in stage.by_skill if router.config.roles[role].allows_skill(s)]
+        names = {t.name for t in stage.candidates(role, allowed)}
+        hits = stage.index.search(req.query, req.k, allowed=names)
+        tools = [
+            {**h.to_dict(), "score": h.lexical, "definition": stage.named[h.name].definition()}
+            for h in hits
+            if h.lexical > 0
+        ]
+        return {"query": req.query, "tools": [{k: t[k] for k in ToolHit.model_fields} for t in tools]}
 
 
 def _add_admin_reload(app: FastAPI, state: State, settings: ServeSettings) -> None:
@@ -237,9 +279,9 @@ def _add_admin_reload(app: FastAPI, state: State, settings: ServeSettings) -> No
         openapi_extra=_body_schema(ReloadRequest, required=False),
     )
     async def admin_reload(request: Request):
-        _authenticate_admin(request, state)
-        body = await _read_body(request, state.limit("max_body_bytes"))
-        req = _parse(body, ReloadRequest) if body.strip() else ReloadRequest()
+        authenticate_admin(request, state)
+        body = await read_body(request, state.limit("max_body_bytes"))
+        req = parse(body, ReloadRequest) if body.strip() else ReloadRequest()
         try:
             return await asyncio.to_thread(state.reload, req.model, req.config, False, req.compare_report)
         except ReloadError as e:
@@ -249,138 +291,3 @@ def _add_admin_reload(app: FastAPI, state: State, settings: ServeSettings) -> No
 def _body_schema(model: type[BaseModel], required: bool = True) -> dict:
     content = {"application/json": {"schema": model.model_json_schema()}}
     return {"requestBody": {"required": required, "content": content}}
-
-
-# ---------------------------------------------------------------------------- request steps
-def _authenticate_admin(request: Request, state: State) -> Principal:
-    if state.keys is None:
-        raise ApiError(
-            403,
-            "admin_key_required",
-            "reloading over HTTP needs a key file with an admin key (admin: true); send SIGHUP instead",
-        )
-    p = _authenticate(request, state)
-    if not p.admin:
-        state.metrics.auth_failures.labels(reason="not_admin", model=state.metrics.model).inc()
-        log.warning("key %s called an admin endpoint without being an admin key", p.key_id)
-        raise ApiError(403, "not_admin", "this API key is not an admin key")
-    return p
-
-
-def _request_id(request: Request) -> str:
-    """The caller's X-Request-ID when it is a plain id (at most 128 letters, digits and ``._:-``), else a
-    new one; the decision log records it, and the response carries it back."""
-    given = request.headers.get(REQUEST_ID_HEADER, "")
-    return given if REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
-
-
-def _authenticate(request: Request, state: State) -> Principal | None:
-    if state.keys is None:
-        client = request.client.host if request.client else ""
-        if not is_loopback(client):  # belt and braces: settings already refuse a non-loopback bind
-            raise ApiError(403, "loopback_only", "this server has no key file and serves loopback only")
-        return None
-    key = key_from_headers(request.headers)
-    if not key:
-        state.metrics.auth_failures.labels(reason="missing_key", model=state.metrics.model).inc()
-        raise ApiError(401, "missing_key", "send an API key: 'Authorization: Bearer KEY' or 'X-API-Key: KEY'")
-    p = state.keys.authenticate(key)
-    if p is None:
-        state.metrics.auth_failures.labels(reason="bad_key", model=state.metrics.model).inc()
-        log.warning(
-            "refused a request with an unknown API key from %s",
-            request.client.host if request.client else "?",
-        )
-        raise ApiError(401, "bad_key", "unknown API key")
-    return p
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    cl = request.headers.get("content-length")
-    if cl is not None:
-        try:
-            n = int(cl)
-        except ValueError:
-            raise ApiError(400, "bad_content_length", "Content-Length is not a number") from None
-        if n > limit:
-            raise ApiError(
-                413, "body_too_large", f"request body is {n} bytes; the limit is {limit}", limit=limit
-            )
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise ApiError(413, "body_too_large", f"request body exceeds {limit} bytes", limit=limit)
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _parse(body: bytes, model: type[BaseModel]):
-    try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ApiError(400, "invalid_json", f"request body is not valid JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise ApiError(422, "invalid_request", "request body must be a JSON object")
-    try:
-        return model.model_validate(data)
-    except ValidationError as e:
-        raise ApiError(
-            422, "invalid_request", "request does not match the schema", details=_errors(e.errors())
-        ) from None
-
-
-def _errors(errors) -> list[dict]:
-    return [{"loc": [str(x) for x in e.get("loc", ())], "msg": e.get("msg", "")} for e in errors][:20]
-
-
-def _texts(req: RouteRequest, state: State) -> list[str]:
-    max_messages, max_chars = state.limit("max_messages"), state.limit("max_chars")
-    if (req.message is None) == (req.messages is None):
-        raise ApiError(
-            422, "invalid_request", "give exactly one of 'message' (a string) or 'messages' (a list)"
-        )
-    texts = [req.message] if req.message is not None else req.messages
-    if not texts:
-        raise ApiError(422, "no_messages", "'messages' is empty")
-    if len(texts) > max_messages:
-        raise ApiError(
-            422,
-            "too_many_messages",
-            f"{len(texts)} messages; the limit is {max_messages}",
-            limit=max_messages,
-        )
-    if req.previous is not None:
-        if req.previous.decision is None and req.previous.message is None:
-            raise ApiError(422, "invalid_request", "'previous' needs its 'decision', its 'message', or both")
-        if req.previous.message is not None and len(req.previous.message) > max_chars:
-            raise ApiError(
-                422,
-                "message_too_long",
-                f"the previous message has {len(req.previous.message)} characters; the limit is {max_chars}",
-                limit=max_chars,
-            )
-    for i, t in enumerate(texts):
-        if len(t) > max_chars:
-            raise ApiError(
-                422,
-                "message_too_long",
-                f"message {i} has {len(t)} characters; the limit is {max_chars}",
-                index=i,
-                limit=max_chars,
-            )
-    return texts
-
-
-def _role(req: RouteRequest, p: Principal | None, state: State) -> str:
-    role = req.role
-    if role is None:
-        if p is not None and len(p.roles) == 1:
-            role = next(iter(p.roles))
-        else:
-            raise ApiError(422, "missing_role", "name the role to route for in 'role'")
-    if p is not None and role not in p.roles:
-        state.metrics.auth_failures.labels(reason="role_not_held", model=state.metrics.model).inc()
-        log.warning("key %s asked for role %r, which it does not hold", p.key_id, role)
-        raise ApiError(403, "role_not_held", f"this API key does not hold role {role!r}")
-    return role

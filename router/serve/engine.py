@@ -115,6 +115,7 @@ def build_router(settings: ServeSettings, model_dir: str | Path, config: str | P
             verifier=verifier,
             threshold=settings.threshold,
             intra_op_threads=settings.ort_threads,
+            tools=settings.tools,
         )
         role = next(iter(cfg.roles))
         d = router.route_batch([CANARY], role)[0]

@@ -39,6 +39,29 @@ class RouteResponse(BaseModel):
     decisions: list[Decision]
 
 
+class ToolSearchRequest(BaseModel):
+    """A request's top ``k`` tools of the service's tool registry, among those ``role`` may use, with no
+    intent gating: the client-side tool search of an agent."""
+
+    model_config = ConfigDict(extra="forbid")
+    role: StrictStr | None = Field(None, description="As for /v1/route.")
+    query: StrictStr = Field(min_length=1)
+    k: int = Field(5, ge=1, le=100)
+
+
+class ToolHit(BaseModel):
+    name: str
+    skill: str
+    score: float = Field(description="BM25 score of the tool's words against the query.")
+    requires_confirmation: bool
+    definition: dict = Field(description="What the agent loads: name, description, input_schema.")
+
+
+class ToolSearchResponse(BaseModel):
+    query: str
+    tools: list[ToolHit]
+
+
 class ReloadRequest(BaseModel):
     """Paths to load instead of the current ones; an empty body (or ``{}``) loads the current paths again."""
 

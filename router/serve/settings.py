@@ -33,6 +33,7 @@ class ServeSettings:
     model_dir: str | Path | None = None  # default: $INTENT_ROUTER_MODEL or the shipped model
     config: str | Path | None = None  # router config YAML (skills, roles, threshold)
     threshold: float | None = None
+    tools: str | Path | None = None  # a tool registry YAML (router.tools): read again at every reload
     key_file: str | Path | None = None  # API key hashes -> roles; None: loopback only, any role
     # limits; None: the router config's (its limits section, which reloads with it), else LIMITS
     max_body_bytes: int | None = None  # 413 above this

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
@@ -45,27 +44,27 @@ def tool_text(tool: Tool) -> str:
 
 
 class BM25:
-    """Okapi BM25 over tokenised documents."""
+    """Okapi BM25 over tokenised documents. Each (document, word) weight is computed once, so a query
+    costs a gather and a sum over its known words."""
 
     def __init__(self, docs: Sequence[list[str]], k1: float = 1.5, b: float = 0.75) -> None:
-        self.k1, self.b = k1, b
-        self.tf = [Counter(d) for d in docs]
-        self.len = np.array([len(d) for d in docs], dtype=np.float64)
-        self.avg = float(self.len.mean()) if len(docs) else 0.0
-        df = Counter(w for d in docs for w in set(d))
+        vocab = sorted({w for d in docs for w in d})
+        self.index = {w: i for i, w in enumerate(vocab)}
         n = len(docs)
-        self.idf = {w: math.log(1 + (n - c + 0.5) / (c + 0.5)) for w, c in df.items()}
+        tf = np.zeros((n, len(vocab)), dtype=np.float32)
+        for row, d in enumerate(docs):
+            for w, c in Counter(d).items():
+                tf[row, self.index[w]] = c
+        lengths = np.array([len(d) for d in docs], dtype=np.float32)
+        avg = float(lengths.mean()) if n else 0.0
+        df = (tf > 0).sum(axis=0)
+        idf = np.log(1 + (n - df + 0.5) / (df + 0.5)).astype(np.float32)
+        norm = (k1 * (1 - b + b * lengths / max(avg, 1e-9)))[:, None]
+        self.weights = idf * tf * (k1 + 1) / (tf + norm)
 
     def scores(self, query: list[str]) -> np.ndarray:
-        out = np.zeros(len(self.tf))
-        norm = self.k1 * (1 - self.b + self.b * self.len / max(self.avg, 1e-9))
-        for w in set(query):
-            idf = self.idf.get(w)
-            if idf is None:
-                continue
-            f = np.array([tf[w] for tf in self.tf], dtype=np.float64)
-            out += idf * f * (self.k1 + 1) / (f + norm)
-        return out
+        ids = sorted({self.index[w] for w in query if w in self.index})
+        return self.weights[:, ids].sum(axis=1).astype(np.float64)
 
 
 @dataclass(frozen=True)

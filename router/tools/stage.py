@@ -1,0 +1,113 @@
+"""The tools stage of ``route()``: the few tools of the granted skills a message needs, out of a registry.
+
+After RBAC has granted the skills of the decided intents (both of a compound request, the conversation's
+for a continuation), the candidates are the registry's tools of those skills whose permissions the role
+holds. They are ranked by BM25 against the message (router.tools.search; the routing model's embedding
+is left out, since it lowers tool recall: docs/tools.md), and the Decision gets at most the config's
+``tool_search.k`` of them that score above ``min_score`` and fit ``token_budget``. When none scores
+above it, ``none_applies`` says so and no tool is loaded. A Decision with no skill gets an empty
+selection.
+
+Token counts are estimates, a quarter of the characters of each definition as JSON (name, description,
+input schema): what the agent would put in its context.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from router.config import RouterConfig
+from router.decision import Decision, ToolPick, ToolSelection, TraceStep
+from router.tools.registry import Tool, ToolRegistry
+from router.tools.search import ToolIndex
+
+CHARS_PER_TOKEN = 4
+
+
+def definition_tokens(tool: Tool) -> int:
+    """Estimated context tokens of a tool's definition."""
+    return max(1, len(json.dumps(tool.definition(), ensure_ascii=False)) // CHARS_PER_TOKEN)
+
+
+class ToolStage:
+    """A registry ready for ``route()``: indexed once, checked against the router config's skills."""
+
+    def __init__(
+        self, registry: ToolRegistry, config: RouterConfig, source: str = "the tool registry"
+    ) -> None:
+        registry.check_skills(config.skills, source)
+        self.registry, self.config = registry, config
+        self.index = ToolIndex(registry)
+        self.named = registry.by_name()
+        self.tokens = {t.name: definition_tokens(t) for t in registry.tools}
+        self.by_skill: dict[str, list[Tool]] = {}
+        for t in registry.tools:
+            self.by_skill.setdefault(t.skill, []).append(t)
+
+    @classmethod
+    def of(cls, tools, config: RouterConfig) -> ToolStage | None:
+        """The stage for ``tools``: a ToolRegistry, its YAML file, or None (no stage)."""
+        if tools is None or isinstance(tools, ToolRegistry):
+            return None if tools is None else cls(tools, config)
+        return cls(ToolRegistry.load(tools), config, str(tools))
+
+    def candidates(self, role: str, skills: list[str]) -> list[Tool]:
+        """The tools of ``skills`` whose own permissions ``role`` holds."""
+        r = self.config.roles.get(role)
+        if r is None:
+            return []
+        return [
+            t for s in skills for t in self.by_skill.get(s, []) if not r.missing_permissions(t.permissions)
+        ]
+
+    def select(self, decision: Decision, message: str) -> ToolSelection:
+        """The tools for ``message``, among the candidates of the Decision's granted skills."""
+        spec = self.config.tool_search
+        tools = self.candidates(decision.role, decision.skills.all)
+        if not tools:
+            return ToolSelection(none_applies=True, candidates=0, tokens_loaded=0, tokens_saved=0)
+        hits = self.index.search(message, len(tools), allowed={t.name for t in tools})
+        picks, loaded = [], 0
+        for h in hits:
+            if len(picks) == spec.k or h.lexical <= spec.min_score:
+                break
+            cost = self.tokens[h.name]
+            if loaded + cost > spec.token_budget:
+                continue
+            tool = self.named[h.name]
+            picks.append(
+                ToolPick(
+                    name=h.name,
+                    skill=h.skill,
+                    score=h.lexical,
+                    requires_confirmation=tool.requires_confirmation,
+                    tokens=cost,
+                )
+            )
+            loaded += cost
+        every = sum(self.tokens[t.name] for t in tools)
+        return ToolSelection(
+            tools=picks,
+            none_applies=not picks,
+            candidates=len(tools),
+            tokens_loaded=loaded,
+            tokens_saved=every - loaded,
+        )
+
+    def apply(self, decisions: list[Decision], texts) -> None:
+        """Give each Decision its tools, with a trace step and its time."""
+        for d, text in zip(decisions, texts, strict=True):
+            t0 = time.perf_counter()
+            d.tools = self.select(d, text if isinstance(text, str) else "")
+            ms = (time.perf_counter() - t0) * 1000
+            detail = {"picked": [p.name for p in d.tools.tools], "candidates": d.tools.candidates}
+            d.trace.append(
+                TraceStep(
+                    stage="tools",
+                    status="none_applies" if d.tools.none_applies else "ok",
+                    ms=round(ms, 4),
+                    detail=detail,
+                )
+            )
+            d.latency.total_ms += ms
