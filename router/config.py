@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from router.strict import StrictLoadError, format_validation_error, load_yaml
+from router.strict import load_model
 
 WILDCARD = "*"
 
@@ -188,10 +188,4 @@ class RouterConfig(BaseModel):
     @classmethod
     def loads(cls, text: str, source: str = "<config>") -> RouterConfig:
         """Validate YAML text strictly; every error names ``source`` and the line."""
-        data, lines = load_yaml(text, source)
-        if not isinstance(data, dict):
-            raise StrictLoadError(f"{source}:1: a router config is a mapping")
-        try:
-            return cls.model_validate(data)
-        except ValueError as e:  # pydantic.ValidationError
-            raise StrictLoadError(format_validation_error(e, source, lines, "router config")) from None
+        return load_model(cls, text, source, "router config")

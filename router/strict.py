@@ -106,6 +106,18 @@ def _named_line(lines: Lines, message: str) -> int | None:
     return min(named)[1] if named else line_of(lines, ())
 
 
+def load_model(model, text: str, source: str, what: str):
+    """YAML ``text`` validated strictly as the pydantic ``model`` (a mapping at the top); every error is a
+    StrictLoadError naming ``source``, the line and the field."""
+    data, lines = load_yaml(text, source)
+    if not isinstance(data, dict):
+        raise StrictLoadError(f"{source}:1: a {what} is a mapping")
+    try:
+        return model.model_validate(data)
+    except ValueError as e:  # pydantic.ValidationError
+        raise StrictLoadError(format_validation_error(e, source, lines, what)) from None
+
+
 def format_validation_error(error: Exception, source: str, lines: Lines, what: str) -> str:
     """One ``file:line: path: message`` line per pydantic error."""
     errors = getattr(error, "errors", None)

@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from router.strict import StrictLoadError, format_validation_error, load_json, load_yaml
+from router.strict import StrictLoadError, load_json, load_model
 
 JSON_TYPES = {"object", "array", "string", "number", "integer", "boolean", "null"}
 
@@ -147,15 +147,9 @@ class ToolRegistry(BaseModel):
     @classmethod
     def loads(cls, text: str, source: str = "<tools>") -> ToolRegistry:
         try:
-            data, lines = load_yaml(text, source)
+            return load_model(cls, text, source, "tool registry")
         except StrictLoadError as e:
             raise ToolRegistryError(str(e)) from None
-        if not isinstance(data, dict):
-            raise ToolRegistryError(f"{source}:1: a tool registry is a mapping with 'tools'")
-        try:
-            return cls.model_validate(data)
-        except ValueError as e:  # pydantic.ValidationError
-            raise ToolRegistryError(format_validation_error(e, source, lines, "tool registry")) from None
 
     def save(self, path: str | Path) -> Path:
         """Write the registry as YAML, atomically."""
