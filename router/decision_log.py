@@ -119,6 +119,10 @@ class DecisionLog:
         self._parts = 0
         self.written = 0
 
+    def redacted(self, text: str) -> str:
+        """``text`` as this log records a message: after the redaction hook, if any."""
+        return self.redact(text) if self.redact is not None else text
+
     def _name(self, suffix: str) -> Path:
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         self._parts += 1

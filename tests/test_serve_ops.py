@@ -122,6 +122,24 @@ def test_the_golden_set_is_checked_before_serving_and_fits_the_models_labels(tmp
 
 
 # ---------------------------------------------------------------------------- no server needed
+def test_the_turn_memory_finds_a_message_by_the_decision_sent_back_and_forgets_the_oldest():
+    from router import Router
+    from router.decision import Decision
+    from router.serve.turns import TurnMemory
+
+    r = Router.load(SHIPPED)
+    texts = ["restart the billing worker", "find the travel policy", "plan the offsite"]
+    decisions = r.route_batch(texts, "admin")
+    memory = TurnMemory(size=2)
+    memory.remember([d.model_dump_json().encode() for d in decisions], texts)
+    echoed = [
+        Decision.model_validate(json.loads(d.model_dump_json())) for d in decisions
+    ]  # as a client sends
+    assert [memory.recall(d) for d in echoed] == [None, *texts[1:]]  # the oldest is forgotten
+    changed = echoed[2].model_copy(update={"confidence": 0.5})
+    assert memory.recall(changed) is None  # a Decision altered on the way is not matched
+
+
 def test_the_model_id_carries_a_digest_that_a_rewritten_manifest_cannot_keep(tmp_path):
     from router.manifest import load_manifest
 
@@ -389,6 +407,10 @@ def test_decision_log_has_one_record_per_routed_message(ops):
         },
     )
     assert r.status_code == 200 and len(r.headers["X-Request-ID"]) == 32  # none sent: a new one
+    first = route(ops, {"role": "admin", "message": "restart the billing worker in eu-west"})
+    decision = first.json()["decisions"][0]
+    r = route(ops, {"role": "admin", "message": "and in us-east too", "previous": {"decision": decision}})
+    assert r.status_code == 200
     sent = {"X-API-Key": KEY_READER, "X-Request-ID": "checkout-7f3a:1"}
     body = {"role": "viewer", "messages": ["where is the travel policy", "???", "plan the offsite"]}
     r = ops.client.post("/v1/route", json=body, headers=sent)
@@ -402,6 +424,11 @@ def test_decision_log_has_one_record_per_routed_message(ops):
         len(follow_up) == 1 and follow_up[0]["previous_message"] == "restart the indexing service in us-east"
     )
     assert [r["message"] for r in records[-3:]] == ["where is the travel policy", "???", "plan the offsite"]
+    (by_decision,) = [
+        r for r in records if r["message"] == "and in us-east too"
+    ]  # only the Decision was sent
+    assert by_decision["previous_message"] == "restart the billing worker in eu-west"
+    assert by_decision["previous_intents"] == decision["conversation_intents"]
     assert {(r["request_id"], r["key_id"]) for r in records[-3:]} == {("checkout-7f3a:1", "reader")}
     assert follow_up[0]["request_id"] not in {None, "checkout-7f3a:1"}
     assert all(KEY_READER not in json.dumps(r) for r in records)  # the key's id, never the key

@@ -220,6 +220,8 @@ def _add_route(app: FastAPI, state: State, settings: ServeSettings) -> None:
         prev = req.previous
         rid = request_id(request)
         fields = {"request_id": rid, "key_id": principal.key_id if principal is not None else None}
+        if prev is not None and prev.message is None and state.turns is not None:  # router.serve.turns
+            fields["previous_message"] = state.turns.recall(prev.decision)
         started = time.time_ns()
         decisions = await engine.route(  # releases the Router when its work ends
             router, texts, role, prev.decision if prev else None, prev.message if prev else None, fields
@@ -233,7 +235,10 @@ def _add_route(app: FastAPI, state: State, settings: ServeSettings) -> None:
         m.observe_decisions(decisions)
         if router.verifier is not None:
             m.set_breaker(state.breaker_state())
-        payload = b'{"decisions":[' + b",".join(d.model_dump_json().encode() for d in decisions) + b"]}"
+        parts = [d.model_dump_json().encode() for d in decisions]
+        if state.turns is not None:
+            state.turns.remember(parts, [state.decision_log.redacted(t) for t in texts])
+        payload = b'{"decisions":[' + b",".join(parts) + b"]}"
         return Response(payload, media_type="application/json", headers={REQUEST_ID_HEADER: rid})
 
 

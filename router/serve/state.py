@@ -32,6 +32,7 @@ from router.serve.prometheus import Metrics
 from router.serve.promotion import PromotionError, check_compare_report
 from router.serve.rundir import METRICS_DIR, RunDirTargets, Target
 from router.serve.settings import ServeSettings, limit
+from router.serve.turns import TurnMemory
 
 log = logging.getLogger("intent_router.serve")
 
@@ -90,6 +91,8 @@ class State:
         self.shared = shared
         self.keys: KeyStore | None = KeyStore.load(settings.key_file) if settings.key_file else None
         self.decision_log = open_decision_log(settings)
+        # the messages behind recent Decisions, for follow-ups that send only the Decision (logged)
+        self.turns = TurnMemory() if self.decision_log is not None else None
         self.engine: Engine | None = None
         self.error: str | None = None  # why the start-up load failed
         self.target: Target | None = None  # what the serving Router was loaded from
