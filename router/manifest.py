@@ -238,15 +238,11 @@ class Compound(BaseModel):
         gt=0, lt=1, description="Stacked score that adds a second intent without two clause intents."
     )
     clause_min: float = Field(gt=0, lt=1, description="Probability a clause's intent needs to count.")
-    weights: list[float] = Field(
-        min_length=3,
-        max_length=3,
-        description="Stacker weights: logit(one-vs-rest), clause max, has clauses.",
-    )
+    # the stacker's weights: logit(one-vs-rest), clause max, has clauses
+    weights: list[float] = Field(min_length=3, max_length=3)
     bias: float
-    primary_order: dict[str, str] = Field(
-        default_factory=dict, description="Intent pair ('ACTION+SEARCH') -> its primary (the end goal)."
-    )
+    # an intent pair ('ACTION+SEARCH') -> its primary (the end goal)
+    primary_order: dict[str, str] = Field(default_factory=dict)
     max_single_compound: float = Field(
         ge=0, le=1, description="Share of dev single-intent messages the threshold may call compound."
     )
@@ -320,15 +316,13 @@ class Manifest(BaseModel):
 
     @property
     def digest(self) -> str:
-        """The first 12 hex digits of the sha256 of the manifest's content: it lists every model file with
-        its sha256, so a changed graph, head or tokenizer, or a changed calibration, gives another digest."""
+        """12 hex digits of the sha256 of the content, which lists every file's sha256 and the calibration."""
         content = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(content.encode("utf-8")).hexdigest()[:12]
 
     @property
     def model_id(self) -> str:
-        """``name@created_at+digest``: when and what, so two builds of one name at one time, or a model
-        whose files were replaced and the manifest rewritten to match, never share an id."""
+        """``name@created_at+digest``: a model whose files were replaced gets another id, manifest or not."""
         return f"{self.name}@{self.created_at}+{self.digest}"
 
     def save(self, directory: Path) -> Path:
