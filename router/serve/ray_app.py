@@ -85,9 +85,10 @@ def _follow(state, targets: RayTargets) -> None:
     while True:
         time.sleep(POLL)
         try:
-            if state.router is not None and targets.signalled() > state.generation:
+            newest = targets.signalled()  # read once: a generation published during the reload is next
+            if state.router is not None and newest > state.generation:
                 state.reload_on_signal()
-                state.target = dataclasses.replace(state.target, generation=targets.signalled())
+                state.target = dataclasses.replace(state.target, generation=newest)
         except Exception as e:  # a failed reload was logged; keep following
             log.warning("replica target poll: %s", e)
 
