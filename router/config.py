@@ -189,3 +189,16 @@ class RouterConfig(BaseModel):
     def loads(cls, text: str, source: str = "<config>") -> RouterConfig:
         """Validate YAML text strictly; every error names ``source`` and the line."""
         return load_model(cls, text, source, "router config")
+
+    def save(self, path: str | Path) -> Path:
+        """Write the config as YAML (the fields that differ from their defaults), checked to load back."""
+        import yaml
+
+        text = yaml.safe_dump(
+            self.model_dump(exclude_defaults=True), sort_keys=False, allow_unicode=True, width=100
+        )
+        RouterConfig.loads(text, str(path))
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        return path

@@ -231,6 +231,8 @@ def run_evaluation(
     predictor: Predictor | None = None,
     config: RouterConfig | str | Path | None = None,
     fit_thresholds: float | None = None,
+    tools: str | Path | None = None,
+    tool_data: str | Path | None = None,
 ) -> dict:
     """Evaluate a model on labeled ``data`` (and unlabeled out-of-scope ``oos``, and the compound
     requests and their single-intent twins of ``compound``, scored apart); return the report dict.
@@ -243,8 +245,8 @@ def run_evaluation(
     eval.metrics.conversation_turns) routes conversations turn by turn through the router over ``model``, an exported
     model directory. ``config``: the router config (a file, or loaded) whose threshold, skills and roles
     the report uses; default: the shipped one. ``fit_thresholds`` (a target precision) adds each intent's
-    threshold fitted on ``data`` (eval.metrics.intent_thresholds).
-    """
+    threshold fitted on ``data`` (eval.metrics.intent_thresholds). ``tools`` (a registry), ``tool_data``:
+    the tools section (eval.metrics.tool_selection)."""
     cfg = config if isinstance(config, RouterConfig) else RouterConfig.load(config)
     tau = validate_threshold(threshold if threshold is not None else cfg.threshold)
     if predictor is None:
@@ -273,6 +275,12 @@ def run_evaluation(
         report["intent_thresholds"] = fit_intent_thresholds(ev.probs, ev.y, labels, tau, fit_thresholds)
     if conversations is not None:
         report["conversation"] = _conversation_section(model, variant, threshold, conversations, cfg)
+    if tools is not None:
+        from eval.metrics.tool_selection import tool_section
+
+        report["tools"] = tool_section(
+            Router.load(model, cfg, variant=variant, threshold=threshold, tools=tools), tool_data
+        )
     if verifier is not None:
         from eval.metrics.verifier_lift import verifier_lift
 
@@ -324,6 +332,7 @@ def _report(model, predictor, ds, ev, tau: float, text_column: str, label_column
         "threshold": round(tau, 4),
         **ev.sections,
         "conversation": None,
+        "tools": None,
         "verifier": None,
         "environment": _environment(),
     }

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 from eval.metrics.classifier_metrics import rounded as _r
 from router.intents import intents_of
@@ -77,16 +76,10 @@ def write_config_with_thresholds(source: str | Path | None, fitted: dict, out: s
     from router.config import RouterConfig
 
     config = RouterConfig.load(source)
-    data = config.model_dump(exclude_defaults=True)
-    data["thresholds"] = {
+    thresholds = {
         name: f["threshold"] for name, f in fitted["per_intent"].items() if f["threshold"] != config.threshold
     }
-    text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
-    RouterConfig.loads(text, str(out))  # what is written loads
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text, encoding="utf-8")
-    return out
+    return config.model_copy(update={"thresholds": thresholds}).save(out)
 
 
 def markdown_lines(section: dict) -> list[str]:

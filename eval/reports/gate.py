@@ -16,7 +16,10 @@ metrics plus the limits the gate applies:
   skills loaded per message have ceilings;
 - conversations (when the baseline has ``conversation``, from ``eval --conversations FILE``): the share of
   social messages after a request not routed, of continuations given the conversation's intent and of
-  messages that switch intent keeping their own have floors.
+  messages that switch intent keeping their own have floors;
+- tools (when the baseline has ``tools``, from ``eval --tools REGISTRY --tool-data FILE``): tool recall@k,
+  the share of requests with every needed tool picked, the precision of "none applies" and the share of
+  the registry's definition tokens not loaded have floors.
 
 The limits are plain numbers in the baseline file: edit them there to tighten or loosen a check.
 """
@@ -45,6 +48,7 @@ DEFAULT_POLICY = {
     "data_compound_margin": 0.01,
     "skills_margin": 0.25,
     "conversation_tolerance": 0.03,
+    "tools_tolerance": 0.03,
 }
 
 #: baseline key -> (path in the report section, ">=" floor or "<=" ceiling, policy key of the margin)
@@ -67,12 +71,24 @@ CONVERSATION_CHECKS = {
     "continuations_resolved": (("continuation", "resolved"), ">=", "conversation_tolerance"),
     "switches_kept": (("switch", "kept"), ">=", "conversation_tolerance"),
 }
+TOOLS_CHECKS = {
+    "recall_at_k": (("routed", "recall_at_k"), ">=", "tools_tolerance"),
+    "all_needed": (("routed", "all_needed"), ">=", "tools_tolerance"),
+    "none_applies_precision": (("routed", "none_applies", "precision"), ">=", "tools_tolerance"),
+    "tokens_saved_of_registry": (("routed", "tokens", "saved_of_registry"), ">=", "tools_tolerance"),
+}
 #: report section (and baseline key) -> its checks
-SECTION_CHECKS = {"scope": SCOPE_CHECKS, "compound": COMPOUND_CHECKS, "conversation": CONVERSATION_CHECKS}
+SECTION_CHECKS = {
+    "scope": SCOPE_CHECKS,
+    "compound": COMPOUND_CHECKS,
+    "conversation": CONVERSATION_CHECKS,
+    "tools": TOOLS_CHECKS,
+}
 MISSING_HINT = {
     "scope": "evaluate with the out-of-scope rows / --oos file",
     "compound": "evaluate with --compound FILE",
     "conversation": "evaluate with --conversations FILE",
+    "tools": "evaluate with --tools REGISTRY --tool-data FILE",
 }
 
 
@@ -157,6 +173,7 @@ def make_baseline(report: dict, **policy: float) -> dict:
         "scope": _section_limits(report, "scope", p),
         "compound": _section_limits(report, "compound", p),
         "conversation": _section_limits(report, "conversation", p),
+        "tools": _section_limits(report, "tools", p),
         "policy": p,
     }
 

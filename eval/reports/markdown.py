@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from eval.metrics.conversation_turns import markdown_lines as conversation_lines
 from eval.metrics.intent_thresholds import markdown_lines as threshold_lines
+from eval.metrics.tool_selection import markdown_lines as tool_lines
 from eval.reports.plots import PLOT_FILES
 from eval.reports.routing_sections import compound_lines, scope_lines
 from eval.reports.text_tables import cell as _cell
@@ -19,7 +20,7 @@ def render_markdown(report: dict, plots: bool = True) -> str:
     lines = _header(report) + _summary(report) + _per_class(report) + _confusion(report, plots)
     lines += _calibration(report, plots) + _sweep(report, plots) + _oos(report)
     lines += scope_lines(report.get("scope")) + compound_lines(report.get("compound"))
-    lines += conversation_lines(report.get("conversation"))
+    lines += conversation_lines(report.get("conversation")) + tool_lines(report.get("tools"))
     if report.get("intent_thresholds"):
         lines += ["## Thresholds per intent", "", *threshold_lines(report["intent_thresholds"]), ""]
     lines += _verifier(report) + _latency(report) + _misclassified(report)
@@ -286,6 +287,11 @@ def summary_rows(report: dict) -> list[list[str]]:
             [f"continuations resolved (n={cv['continuation']['n']})", _f(cv["continuation"]["resolved"])]
         )
         rows.append([f"intent switches kept (n={cv['switch']['n']})", _f(cv["switch"]["kept"])])
+    tl = report.get("tools")
+    if tl:
+        rows.append([f"tools: recall@{tl['k']} routed (n={tl['needing']})", _f(tl["routed"]["recall_at_k"])])
+        rows.append(["tools: every needed tool picked", _f(tl["routed"]["all_needed"])])
+        rows.append(["tools: none-applies precision", _f(tl["routed"]["none_applies"]["precision"])])
     if report.get("latency"):
         s, b = report["latency"]["single"], report["latency"]["batch"]
         rows.append(

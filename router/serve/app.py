@@ -264,9 +264,7 @@ def _add_tool_search(app: FastAPI, state: State, settings: ServeSettings) -> Non
         if role not in router.config.roles:
             raise ApiError(422, "unknown_role", f"unknown role {role!r}", roles=sorted(router.config.roles))
         stage = router.tools
-        allowed = [s for s in stage.by_skill if router.config.roles[role].allows_skill(s)]
-        names = {t.name for t in stage.candidates(role, allowed)}
-        hits = stage.index.search(req.query, req.k, allowed=names)
+        hits = stage.index.search(req.query, req.k, allowed=stage.usable(role))
         tools = [
             {**h.to_dict(), "score": h.lexical, "definition": stage.named[h.name].definition()}
             for h in hits

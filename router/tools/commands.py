@@ -81,3 +81,26 @@ def tools_search(
         hits = index.search(q, k)
         tools = [{**h.to_dict(), "definition": defs[h.name].definition()} for h in hits]
         print(json.dumps({"query": q, "tools": tools}, ensure_ascii=False))
+
+
+@tools_app.command("examples")
+@command()
+def tools_examples(
+    pairs: Path = typer.Argument(..., help='(request, tool) pairs, JSON Lines: {"text": ..., "tool": ...}.'),
+    registry: Registry = Path("tools.yaml"),
+) -> None:
+    """Add each pair's request to its tool's examples, which tool search reads beside the description;
+    every line is checked first, and nothing is written on any error."""
+    from router.tools.examples import add_examples, read_pairs
+    from router.tools.registry import ToolRegistry, ToolRegistryError
+
+    try:
+        current = ToolRegistry.load(registry)
+        updated, added = add_examples(current, read_pairs(pairs, current))
+    except ToolRegistryError as e:
+        raise fail(str(e), code=2) from None
+    updated.save(registry)
+    with_examples = sum(1 for t in updated.tools if t.examples)
+    say(
+        f"{added} examples from {pairs} -> {registry} ({with_examples} of {len(updated.tools)} tools have examples)"
+    )

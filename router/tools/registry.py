@@ -8,7 +8,10 @@ A registry is a YAML (or JSON) file: ``tools``, a list of
 - ``skill``: the router config's skill it belongs to;
 - ``input_schema``: a JSON Schema of its arguments (an object schema; default: no arguments);
 - ``permissions``: what a caller's role must hold, beside the skill's own (router.rbac);
-- ``requires_confirmation``: the agent should ask before calling it.
+- ``requires_confirmation``: the agent should ask before calling it;
+- ``examples``: requests the tool serves, written by hand or from its description (``tools examples``
+  adds them from (request, tool) pairs). Tool search reads them beside the description; the agent's
+  definition of the tool leaves them out.
 
 It is loaded strictly (router.strict): an unknown field, a duplicate key or name, an empty description or
 a schema that is not JSON Schema is an error naming the file, the line where it can, and the field.
@@ -28,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from router.strict import StrictLoadError, load_json, load_model
 
+MAX_EXAMPLE_CHARS = 2000
 JSON_TYPES = {"object", "array", "string", "number", "integer", "boolean", "null"}
 
 
@@ -43,6 +47,17 @@ class Tool(BaseModel):
     input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
     permissions: list[str] = Field(default_factory=list)
     requires_confirmation: bool = False
+    examples: list[str] = Field(default_factory=list)
+
+    @field_validator("examples")
+    @classmethod
+    def _examples(cls, v: list[str]) -> list[str]:
+        for i, text in enumerate(v):
+            if not text.strip():
+                raise ValueError(f"examples.{i} is empty")
+            if len(text) > MAX_EXAMPLE_CHARS:
+                raise ValueError(f"examples.{i} has {len(text)} characters, more than {MAX_EXAMPLE_CHARS}")
+        return v
 
     @field_validator("description")
     @classmethod

@@ -1,10 +1,14 @@
 """Tool search: a request's few tools out of a registry (router.tools.registry), found two ways and fused.
 
 - *Lexical*: BM25 (k1 1.5, b 0.75) over each tool's words: its name split at ``_``, ``-``, ``.`` and case
-  changes, its description, and its arguments' names and descriptions.
+  changes, its description, its arguments' names and descriptions, and its skill's description (the
+  router config's ``purpose`` and ``use_when``, or an MCP server's summary). A tool's ``examples`` (requests
+  it serves) are a second field, scored by BM25 of their own and added: written in users' words, they
+  match requests that share no word with the description.
 - *Dense*: the cosine similarity of the request's sentence embedding and each tool's, from the router's
-  own graph (``Classifier.embed``), so a request costs no second model. The tools' embeddings are computed
-  once, when the index is built, and kept in ``cache_dir`` under the registry's digest and the model id.
+  own graph (``Classifier.embed``), so a request costs no second model. A tool's embedding is that of its
+  words plus the mean of its examples'. They are computed once, when the index is built, and kept in
+  ``cache_dir`` under the registry's digest and the model id.
 - The two rankings are fused by reciprocal rank (each tool scores ``1 / (60 + rank)`` in each), which needs
   no scale shared by the two scores.
 
@@ -13,9 +17,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,38 +38,50 @@ def words(text: str) -> list[str]:
     return WORD.findall(CASE.sub(" ", text).lower())
 
 
-def tool_text(tool: Tool) -> str:
-    """What a tool is searched by: its name, description and arguments."""
+def tool_text(tool: Tool, skill_text: str = "") -> str:
+    """What a tool is searched by: its name, description and arguments, and its skill's description."""
     parts = [tool.name.replace("_", " ").replace("-", " ").replace(".", " "), tool.description]
     for name, prop in (tool.input_schema.get("properties") or {}).items():
         parts.append(name.replace("_", " "))
         if isinstance(prop.get("description"), str):
             parts.append(prop["description"])
+    if skill_text:
+        parts.append(skill_text)
     return ". ".join(parts)
 
 
 class BM25:
-    """Okapi BM25 over tokenised documents. Each (document, word) weight is computed once, so a query
-    costs a gather and a sum over its known words."""
+    """Okapi BM25 over tokenised documents, kept as postings: for each word, the documents holding it and
+    the word's weight in each, computed once. A query costs a sum over its known words' postings, and
+    memory grows with the words of the documents, not with documents times vocabulary."""
 
     def __init__(self, docs: Sequence[list[str]], k1: float = 1.5, b: float = 0.75) -> None:
-        vocab = sorted({w for d in docs for w in d})
-        self.index = {w: i for i, w in enumerate(vocab)}
-        n = len(docs)
-        tf = np.zeros((n, len(vocab)), dtype=np.float32)
+        self.n = len(docs)
+        self.index: dict[str, int] = {}
+        rows, cols, counts = [], [], []
         for row, d in enumerate(docs):
             for w, c in Counter(d).items():
-                tf[row, self.index[w]] = c
+                cols.append(self.index.setdefault(w, len(self.index)))
+                rows.append(row)
+                counts.append(c)
+        row_ids, col_ids = np.array(rows, dtype=np.int64), np.array(cols, dtype=np.int64)
+        tf = np.array(counts, dtype=np.float32)
         lengths = np.array([len(d) for d in docs], dtype=np.float32)
-        avg = float(lengths.mean()) if n else 0.0
-        df = (tf > 0).sum(axis=0)
-        idf = np.log(1 + (n - df + 0.5) / (df + 0.5)).astype(np.float32)
-        norm = (k1 * (1 - b + b * lengths / max(avg, 1e-9)))[:, None]
-        self.weights = idf * tf * (k1 + 1) / (tf + norm)
+        avg = float(lengths.mean()) if self.n else 0.0
+        df = np.bincount(col_ids, minlength=len(self.index))
+        idf = np.log(1 + (self.n - df + 0.5) / (df + 0.5)).astype(np.float32)
+        norm = k1 * (1 - b + b * lengths / max(avg, 1e-9))
+        weights = idf[col_ids] * tf * (k1 + 1) / (tf + norm[row_ids])
+        order = np.argsort(col_ids, kind="stable")
+        self.docs, self.weights = row_ids[order], weights[order].astype(np.float64)
+        self.starts = np.searchsorted(col_ids[order], np.arange(len(self.index) + 1))
 
     def scores(self, query: list[str]) -> np.ndarray:
-        ids = sorted({self.index[w] for w in query if w in self.index})
-        return self.weights[:, ids].sum(axis=1).astype(np.float64)
+        out = np.zeros(self.n)
+        for i in {self.index[w] for w in query if w in self.index}:
+            lo, hi = self.starts[i], self.starts[i + 1]
+            out[self.docs[lo:hi]] += self.weights[lo:hi]  # a document appears once in a word's postings
+        return out
 
 
 @dataclass(frozen=True)
@@ -89,12 +106,24 @@ class ToolIndex:
         embed: Callable[[Sequence[str]], np.ndarray] | None = None,
         cache_dir: str | Path | None = None,
         model_id: str = "",
+        skill_texts: Mapping[str, str] | None = None,
     ) -> None:
         self.registry, self.tools = registry, list(registry.tools)
-        texts = [tool_text(t) for t in self.tools]
+        skill_texts = dict(skill_texts or {})
+        texts = [tool_text(t, skill_texts.get(t.skill, "")) for t in self.tools]
         self.bm25 = BM25([words(t) for t in texts])
+        examples = [words(" ".join(t.examples)) for t in self.tools]
+        self.examples_bm25 = BM25(examples) if any(examples) else None
         self.embed = embed
-        self.embeddings = self._embeddings(texts, cache_dir, model_id) if embed is not None else None
+        self.embeddings = None
+        if embed is not None:
+            self.embeddings = self._embeddings(texts, cache_dir, f"{model_id}-{_digest(skill_texts)}")
+
+    def lexical(self, query: str) -> np.ndarray:
+        """Every tool's BM25 score for ``query``: its words, plus its examples' when it has any."""
+        q = words(query)
+        scores = self.bm25.scores(q)
+        return scores + self.examples_bm25.scores(q) if self.examples_bm25 is not None else scores
 
     def _embeddings(self, texts: list[str], cache_dir, model_id: str) -> np.ndarray:
         path = None
@@ -105,11 +134,24 @@ class ToolIndex:
                 cached = np.load(path)
                 if cached.shape[0] == len(texts):
                     return cached
-        emb = normalised(self.embed(texts)) if texts else np.zeros((0, 1), dtype=np.float32)
+        emb = self._embed_tools(texts) if texts else np.zeros((0, 1), dtype=np.float32)
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             np.save(path, emb)
         return emb
+
+    def _embed_tools(self, texts: list[str]) -> np.ndarray:
+        """Each tool's words embedded, plus the mean of its examples' embeddings, normalised."""
+        emb = normalised(self.embed(texts))
+        examples = [e for t in self.tools for e in t.examples]
+        if examples:
+            ex = normalised(self.embed(examples))
+            start = 0
+            for i, t in enumerate(self.tools):
+                if t.examples:
+                    emb[i] += ex[start : start + len(t.examples)].mean(axis=0)
+                    start += len(t.examples)
+        return normalised(emb)
 
     def search(
         self, query: str, k: int = 5, allowed: Collection[str] | None = None, query_embedding=None
@@ -118,7 +160,7 @@ class ToolIndex:
         keep = [i for i, t in enumerate(self.tools) if allowed is None or t.name in allowed]
         if not keep or k < 1:
             return []
-        lexical = self.bm25.scores(words(query))[keep]
+        lexical = self.lexical(query)[keep]
         fused = rrf(lexical)
         dense = None
         if self.embeddings is not None:
@@ -144,6 +186,18 @@ def rrf(scores: np.ndarray) -> np.ndarray:
     ranks = np.empty(len(scores))
     ranks[np.argsort(-scores, kind="stable")] = np.arange(1, len(scores) + 1)
     return 1.0 / (RRF_K + ranks)
+
+
+def _digest(texts: Mapping[str, str]) -> str:
+    if not texts:
+        return "no-skills"
+    blob = "\n".join(f"{k}\t{v}" for k, v in sorted(texts.items()))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:8]
+
+
+def skill_texts(config) -> dict[str, str]:
+    """Each skill's description in a router config: its purpose and when to use it."""
+    return {name: ". ".join(p for p in (s.purpose, s.use_when) if p) for name, s in config.skills.items()}
 
 
 def normalised(x: np.ndarray) -> np.ndarray:

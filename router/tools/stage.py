@@ -61,6 +61,14 @@ class ToolStage:
             t for s in skills for t in self.by_skill.get(s, []) if not r.missing_permissions(t.permissions)
         ]
 
+    def usable(self, role: str) -> set[str]:
+        """The names of the tools ``role`` may use: of a skill RBAC grants it (router.rbac), with the
+        tool's own permissions held."""
+        from router.rbac import skill_denial_reason
+
+        skills = [s for s in self.by_skill if skill_denial_reason(self.config, role, s) is None]
+        return {t.name for t in self.candidates(role, skills)}
+
     def select(self, decision: Decision, message: str) -> ToolSelection:
         """The tools for ``message``, among the candidates of the Decision's granted skills."""
         spec = self.config.tool_search

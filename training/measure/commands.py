@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
+import typer
+
 from eval.reports.summary import print_eval_summary
 from router.console import (
     Opt,
@@ -15,9 +17,11 @@ from router.console import (
     bench_app,
     command,
     console,
+    fail,
     make_verifier,
     say,
     table,
+    tools_app,
 )
 
 
@@ -38,6 +42,12 @@ def evaluate(
     conversations: str | None = Opt(
         None,
         help="Conversation file (data/conversations/): routed turn by turn, each turn after the one before.",
+    ),
+    tools: Path | None = Opt(
+        None, help="Tool registry: with --tool-data, score the tools each message gets."
+    ),
+    tool_data: Path | None = Opt(
+        None, help="Requests and the registry's tools each needs (data/tools/): the tools section."
     ),
     out: Path = Opt(Path("reports/eval"), help="Directory for eval.json, report.md and the PNG plots."),
     config: RouterConfigFile = None,
@@ -74,6 +84,8 @@ def evaluate(
         and k not in ("model", "data", "fit_thresholds", "target_precision", "write_config")
     }
     options["fit_thresholds"] = target_precision if fit_thresholds else None
+    if (tools is None) != (tool_data is None):
+        raise fail("--tools and --tool-data go together: the registry and its requests", code=2)
     from training.pipeline import evaluate_model  # after locals() is read
 
     verifier = make_verifier(verifier_url, verifier_model, None, config)
@@ -140,3 +152,52 @@ def bench_speed(
         console.print(line)
     if out:
         console.print(f"wrote {out}")
+
+
+@tools_app.command("calibrate")
+@command()
+def tools_calibrate(
+    data: Path = typer.Argument(
+        ..., help="Requests and the tools each needs, a dev split (data/tools/dev.jsonl)."
+    ),
+    registry: Annotated[Path, Opt("--registry", help="Tool registry YAML.")] = Path("tools.yaml"),
+    model: Annotated[Path | None, Opt(help="Exported model dir (default: the shipped model).")] = None,
+    config: RouterConfigFile = None,
+    max_recall_loss: float = Opt(
+        0.01, min=0.0, max=1.0, help="Routed tool recall@k the floor may cost, against no floor."
+    ),
+    write_config: Path = Opt(
+        Path("router.tools.yaml"), help="The router config to write, with the fitted tool_search.min_score."
+    ),
+) -> None:
+    """Fit the tool search's "none applies" floor (tool_search.min_score) on a dev split: of the floors at which
+    routed recall@k stays within --max-recall-loss of no floor, the one whose "none applies" has the best F1.
+    Writes the router config with it."""
+    from eval.metrics.tool_selection import fit_tool_floor, load_tool_rows
+    from router.config import RouterConfig
+    from router.routing import Router
+    from router.shipped import default_model_dir
+
+    cfg = RouterConfig.load(config)
+    zero = cfg.model_copy(update={"tool_search": cfg.tool_search.model_copy(update={"min_score": 0.0})})
+    router = Router.load(model or default_model_dir(), zero, tools=registry)
+    fit = fit_tool_floor(router, load_tool_rows(data, set(router.tools.named)), max_recall_loss)
+    rows = [
+        [
+            name,
+            f"{r['floor']:g}",
+            _pct(r["recall_at_k"]),
+            str(r["none_applies_said"]),
+            _pct(r["none_applies_precision"]),
+            _pct(r["none_applies_recall"]),
+        ]
+        for name, r in (("no floor", fit["no_floor"]), ("fitted", fit["at_floor"]))
+    ]
+    table(f"none applies on {data}", ["", "min_score", "recall@k", "none said", "precision", "recall"], rows)
+    spec = cfg.tool_search.model_copy(update={"min_score": fit["min_score"]})
+    path = cfg.model_copy(update={"tool_search": spec}).save(write_config)
+    say(f"router config with tool_search.min_score {fit['min_score']:g} written to {path}")
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
