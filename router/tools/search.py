@@ -52,36 +52,63 @@ def tool_text(tool: Tool, skill_text: str = "") -> str:
 
 class BM25:
     """Okapi BM25 over tokenised documents, kept as postings: for each word, the documents holding it and
-    the word's weight in each, computed once. A query costs a sum over its known words' postings, and
-    memory grows with the words of the documents, not with documents times vocabulary."""
+    the word's weight in each, computed once. A query costs one weighted count over its known words'
+    postings, and memory grows with the words of the documents, not with documents times vocabulary.
+    ``summed`` joins fields of the same documents (a tool's words and its examples) into one index whose
+    scores are the fields' sum."""
 
     def __init__(self, docs: Sequence[list[str]], k1: float = 1.5, b: float = 0.75) -> None:
-        self.n = len(docs)
-        self.index: dict[str, int] = {}
+        index: dict[str, int] = {}
         rows, cols, counts = [], [], []
         for row, d in enumerate(docs):
             for w, c in Counter(d).items():
-                cols.append(self.index.setdefault(w, len(self.index)))
+                cols.append(index.setdefault(w, len(index)))
                 rows.append(row)
                 counts.append(c)
         row_ids, col_ids = np.array(rows, dtype=np.int64), np.array(cols, dtype=np.int64)
-        tf = np.array(counts, dtype=np.float32)
-        lengths = np.array([len(d) for d in docs], dtype=np.float32)
-        avg = float(lengths.mean()) if self.n else 0.0
-        df = np.bincount(col_ids, minlength=len(self.index))
-        idf = np.log(1 + (self.n - df + 0.5) / (df + 0.5)).astype(np.float32)
+        tf = np.array(counts, dtype=np.float64)
+        n = len(docs)
+        lengths = np.array([len(d) for d in docs], dtype=np.float64)
+        avg = float(lengths.mean()) if n else 0.0
+        df = np.bincount(col_ids, minlength=len(index))
+        idf = np.log(1 + (n - df + 0.5) / (df + 0.5))
         norm = k1 * (1 - b + b * lengths / max(avg, 1e-9))
-        weights = idf[col_ids] * tf * (k1 + 1) / (tf + norm[row_ids])
-        order = np.argsort(col_ids, kind="stable")
-        self.docs, self.weights = row_ids[order], weights[order].astype(np.float64)
-        self.starts = np.searchsorted(col_ids[order], np.arange(len(self.index) + 1))
+        self._keep(n, index, col_ids, row_ids, idf[col_ids] * tf * (k1 + 1) / (tf + norm[row_ids]))
+
+    def _keep(self, n: int, index: dict[str, int], words_, docs, weights) -> None:
+        order = np.lexsort((docs, words_))
+        self.n, self.index = n, index
+        self.docs, self.weights = docs[order], weights[order]
+        self.starts = np.searchsorted(words_[order], np.arange(len(index) + 1))
+
+    @classmethod
+    def summed(cls, parts: Sequence[BM25]) -> BM25:
+        """One index of the same documents whose scores are the sum of ``parts``' scores."""
+        index: dict[str, int] = {}
+        words_, docs, weights = [], [], []
+        for part in parts:
+            ids = np.array([index.setdefault(w, len(index)) for w in part.index], dtype=np.int64)  # in id order
+            words_.append(np.repeat(ids, np.diff(part.starts)))
+            docs.append(part.docs)
+            weights.append(part.weights)
+        w, d, x = np.concatenate(words_), np.concatenate(docs), np.concatenate(weights)
+        key = w * max(parts[0].n, 1) + d
+        unique, first = np.unique(key, return_index=True)
+        order = np.argsort(key, kind="stable")
+        sums = np.add.reduceat(x[order], np.searchsorted(key[order], unique)) if len(key) else x
+        out = cls.__new__(cls)
+        out._keep(parts[0].n, index, w[first], d[first], sums)
+        return out
 
     def scores(self, query: list[str]) -> np.ndarray:
-        out = np.zeros(self.n)
-        for i in {self.index[w] for w in query if w in self.index}:
-            lo, hi = self.starts[i], self.starts[i + 1]
-            out[self.docs[lo:hi]] += self.weights[lo:hi]  # a document appears once in a word's postings
-        return out
+        spans = [
+            (self.starts[i], self.starts[i + 1]) for i in {self.index[w] for w in query if w in self.index}
+        ]
+        if not spans:
+            return np.zeros(self.n)
+        docs = np.concatenate([self.docs[lo:hi] for lo, hi in spans])
+        weights = np.concatenate([self.weights[lo:hi] for lo, hi in spans])
+        return np.bincount(docs, weights=weights, minlength=self.n)
 
 
 @dataclass(frozen=True)
@@ -113,7 +140,7 @@ class ToolIndex:
         texts = [tool_text(t, skill_texts.get(t.skill, "")) for t in self.tools]
         self.bm25 = BM25([words(t) for t in texts])
         examples = [words(" ".join(t.examples)) for t in self.tools]
-        self.examples_bm25 = BM25(examples) if any(examples) else None
+        self.lexical_index = BM25.summed([self.bm25, BM25(examples)]) if any(examples) else self.bm25
         self.embed = embed
         self.embeddings = None
         if embed is not None:
@@ -121,9 +148,7 @@ class ToolIndex:
 
     def lexical(self, query: str) -> np.ndarray:
         """Every tool's BM25 score for ``query``: its words, plus its examples' when it has any."""
-        q = words(query)
-        scores = self.bm25.scores(q)
-        return scores + self.examples_bm25.scores(q) if self.examples_bm25 is not None else scores
+        return self.lexical_index.scores(words(query))
 
     def _embeddings(self, texts: list[str], cache_dir, model_id: str) -> np.ndarray:
         path = None

@@ -17,12 +17,15 @@ from __future__ import annotations
 import json
 import time
 
+import numpy as np
+
 from router.config import RouterConfig
 from router.decision import Decision, ToolPick, ToolSelection, TraceStep
 from router.tools.registry import Tool, ToolRegistry
 from router.tools.search import ToolIndex
 
 CHARS_PER_TOKEN = 4
+MAX_CACHED_SETS = 4096  # (role, granted skills) pairs whose candidates are kept
 
 
 def definition_tokens(tool: Tool) -> int:
@@ -40,6 +43,8 @@ class ToolStage:
         self.registry, self.config = registry, config
         self.index = ToolIndex(registry)
         self.named = registry.by_name()
+        self.place = {t.name: i for i, t in enumerate(registry.tools)}
+        self._candidates: dict[tuple[str, tuple[str, ...]], tuple[list[Tool], np.ndarray, int]] = {}
         self.tokens = {t.name: definition_tokens(t) for t in registry.tools}
         self.by_skill: dict[str, list[Tool]] = {}
         for t in registry.tools:
@@ -69,32 +74,46 @@ class ToolStage:
         skills = [s for s in self.by_skill if skill_denial_reason(self.config, role, s) is None]
         return {t.name for t in self.candidates(role, skills)}
 
+    def _candidate_set(self, role: str, skills: list[str]) -> tuple[list[Tool], np.ndarray, int]:
+        """The candidates of ``role`` and ``skills``, their places in the index and their definitions'
+        tokens, computed once per pair (a config reload builds a new stage)."""
+        key = (role, tuple(skills))
+        found = self._candidates.get(key)
+        if found is None:
+            tools = self.candidates(role, skills)
+            places = np.array([self.place[t.name] for t in tools], dtype=np.int64)
+            found = (tools, places, sum(self.tokens[t.name] for t in tools))
+            if len(self._candidates) < MAX_CACHED_SETS:
+                self._candidates[key] = found
+        return found
+
     def select(self, decision: Decision, message: str) -> ToolSelection:
-        """The tools for ``message``, among the candidates of the Decision's granted skills."""
+        """The tools for ``message``, among the candidates of the Decision's granted skills: a BM25 score
+        for every tool, then the best candidates in order until k are picked or the floor is reached."""
         spec = self.config.tool_search
-        tools = self.candidates(decision.role, decision.skills.all)
+        tools, places, every = self._candidate_set(decision.role, decision.skills.all)
         if not tools:
             return ToolSelection(none_applies=True, candidates=0, tokens_loaded=0, tokens_saved=0)
-        hits = self.index.search(message, len(tools), allowed={t.name for t in tools})
+        scores = self.index.lexical(message)[places]
         picks, loaded = [], 0
-        for h in hits:
-            if len(picks) == spec.k or h.lexical <= spec.min_score:
+        for j in np.argsort(-scores, kind="stable"):
+            score = round(float(scores[j]), 4)
+            if len(picks) == spec.k or score <= spec.min_score:
                 break
-            cost = self.tokens[h.name]
+            tool = tools[j]
+            cost = self.tokens[tool.name]
             if loaded + cost > spec.token_budget:
                 continue
-            tool = self.named[h.name]
             picks.append(
                 ToolPick(
-                    name=h.name,
-                    skill=h.skill,
-                    score=h.lexical,
+                    name=tool.name,
+                    skill=tool.skill,
+                    score=score,
                     requires_confirmation=tool.requires_confirmation,
                     tokens=cost,
                 )
             )
             loaded += cost
-        every = sum(self.tokens[t.name] for t in tools)
         return ToolSelection(
             tools=picks,
             none_applies=not picks,
