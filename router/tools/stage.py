@@ -55,7 +55,7 @@ class ToolStage:
         """The stage for ``tools``: a ToolRegistry, its YAML file, or None (no stage)."""
         if tools is None or isinstance(tools, ToolRegistry):
             return None if tools is None else cls(tools, config)
-        return cls(ToolRegistry.load(tools), config, str(tools))
+        return cls(ToolRegistry.load(tools, cache=True), config, str(tools))
 
     def candidates(self, role: str, skills: list[str]) -> list[Tool]:
         """The tools of ``skills`` whose own permissions ``role`` holds."""
