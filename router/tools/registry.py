@@ -115,6 +115,11 @@ def check_json_schema(schema: Any, where: str = "input_schema", metaschema: bool
         raise ValueError(f"{where}{'.' + path if path else ''}: not JSON Schema ({message})")
 
 
+def forget_checked_schemas() -> None:
+    """Forget which schemas were checked against the metaschema (a benchmark's first load checks all)."""
+    _metaschema_problem.cache_clear()
+
+
 @functools.lru_cache(maxsize=4096)
 def _metaschema_problem(schema_json: str) -> tuple[str, str] | None:
     """(the path, the message) of the first metaschema error of a schema given as canonical JSON, or None;

@@ -80,6 +80,14 @@ class BM25:
         self.n, self.index = n, index
         self.docs, self.weights = docs[order], weights[order]
         self.starts = np.searchsorted(words_[order], np.arange(len(index) + 1))
+        # each word's postings as views, so a query looks them up instead of slicing
+        self.postings = {
+            w: (
+                self.docs[self.starts[i] : self.starts[i + 1]],
+                self.weights[self.starts[i] : self.starts[i + 1]],
+            )
+            for w, i in index.items()
+        }
 
     @classmethod
     def summed(cls, parts: Sequence[BM25]) -> BM25:

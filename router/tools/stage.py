@@ -104,8 +104,8 @@ class ToolStage:
             cost = self.tokens[tool.name]
             if loaded + cost > spec.token_budget:
                 continue
-            picks.append(
-                ToolPick(
+            picks.append(  # built from checked values: no validation on the hot path
+                ToolPick.model_construct(
                     name=tool.name,
                     skill=tool.skill,
                     score=score,

@@ -231,6 +231,10 @@ def bench_tools(
             help="(request, tool) pairs for its tools, read as their examples: data/tools/livemcpbench_pairs.jsonl."
         ),
     ] = None,
+    speed: int = Opt(
+        0, min=0, help="Also time route() with a registry of this many of its tools (copied), e.g. 1000."
+    ),
+    speed_data: Path = Opt(Path("data/test.jsonl"), help="Messages routed for --speed."),
     out: Path | None = Opt(None, help="Write the results JSON here."),
 ) -> dict:
     """Tool search on LiveMCPBench (526 tools, 95 tasks; evaluation only): Recall@1/5/10 and all needed tools
@@ -239,7 +243,11 @@ def bench_tools(
     from training.pipeline import write_json
 
     try:
-        result = run_livemcp(path, model, encoder or [], report=say, pairs=pairs)
+        from eval.readers.loader import load_unlabeled
+
+        texts = load_unlabeled(speed_data).texts[:300] if speed else []
+        timing = (speed, texts) if speed else None
+        result = run_livemcp(path, model, encoder or [], report=say, pairs=pairs, speed=timing)
     except (ValueError, OSError) as e:
         raise fail(str(e), code=2) from None
     rows = [[m, *(f"{v:.3f}" for v in s.values())] for m, s in result["methods"].items()]

@@ -126,8 +126,10 @@ def run_livemcp(
     encoders: Sequence[str],
     report: Reporter = print,
     pairs: str | Path | None = None,
+    speed: tuple[int, Sequence[str]] | None = None,
 ) -> dict:
-    """Every method on LiveMCPBench: the figures of ``scores`` per method."""
+    """Every method on LiveMCPBench: the figures of ``scores`` per method; with ``speed`` (a number of tools
+    and messages), what a registry of that many of its tools costs route() (training.benchmarks.tool_speed)."""
     from router.classifier import Classifier
     from router.shipped import default_model_dir
     from router.tools.examples import add_examples, read_pairs
@@ -162,6 +164,11 @@ def run_livemcp(
     results = {m: {**scores(r, tasks), "tokens_saved_at5": _saved(r, tokens)} for m, r in methods.items()}
     for m, s in results.items():
         report(f"{m}: " + ", ".join(f"{key} {v:.3f}" for key, v in s.items()))
+    timing = None
+    if speed is not None:
+        from training.benchmarks.tool_speed import copies, tool_speed
+
+        timing = tool_speed(copies(registry, speed[0]), model or default_model_dir(), speed[1], report=report)
     return {
         "benchmark": "livemcpbench-tool-search",
         "created_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -172,6 +179,7 @@ def run_livemcp(
         "needed_per_task": round(float(np.mean([len(n) for _, n in tasks])), 2),
         "examples": sum(len(t.examples) for t in registry.tools),
         "methods": results,
+        "speed": timing,
     }
 
 
