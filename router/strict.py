@@ -21,7 +21,9 @@ class StrictLoadError(ValueError):
     """A config or model file is malformed; the message starts with ``file:line:``."""
 
 
-class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml's parser: 8x faster on a large registry
+class _Loader(
+    getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+):  # libyaml's parser: 8x faster on a large registry
     pass
 
 

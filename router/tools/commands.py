@@ -52,21 +52,25 @@ def tools_search(
     registry: Registry = Path("tools.yaml"),
     k: int = Opt(5, min=1, help="Tools per request."),
     model: ModelDir = None,
+    config: RouterConfigFile = None,
     fuse_embedding: bool = Opt(
         False,
         "--fuse-embedding",
         help="Fuse BM25 with the model's sentence embedding (on LiveMCPBench it lowers Recall@5: docs/tools.md).",
     ),
 ) -> None:
-    """The top k tools of the registry for each request by BM25 (or fused with the model's embedding), with no
-    intent gating: one JSON line per request ({query, tools: [{name, skill, score, lexical, dense,
+    """The top k tools of the registry for each request by BM25 over their words, their skill's description
+    in the router config and their examples (or fused with the model's embedding), with no intent gating: one JSON line per request ({query, tools: [{name, skill, score, lexical, dense,
     requires_confirmation, definition}]})."""
+    from router.config import RouterConfig
+    from router.strict import StrictLoadError
     from router.tools.registry import ToolRegistry, ToolRegistryError
-    from router.tools.search import ToolIndex
+    from router.tools.search import ToolIndex, skill_texts
 
     try:
         reg = ToolRegistry.load(registry, cache=True)
-    except ToolRegistryError as e:
+        skills = skill_texts(RouterConfig.load(config))
+    except (ToolRegistryError, StrictLoadError, FileNotFoundError) as e:
         raise fail(str(e), code=2) from None
     embed, model_id = None, ""
     if fuse_embedding:
@@ -75,7 +79,9 @@ def tools_search(
 
         clf = Classifier(model or default_model_dir())
         embed, model_id = clf.embed, clf.model_id
-    index = ToolIndex(reg, embed, cache_dir=registry.parent / ".tool-cache", model_id=model_id)
+    index = ToolIndex(
+        reg, embed, cache_dir=registry.parent / ".tool-cache", model_id=model_id, skill_texts=skills
+    )
     defs = reg.by_name()
     for q in queries:
         hits = index.search(q, k)

@@ -109,10 +109,23 @@ def check_json_schema(schema: Any, where: str = "input_schema", metaschema: bool
     required = schema.get("required", [])
     if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
         raise ValueError(f"{where}.required must be a list of argument names")
-    problem = _metaschema_problem(json.dumps(schema, sort_keys=True)) if metaschema else None
-    if problem is not None:
-        path, message = problem
-        raise ValueError(f"{where}{'.' + path if path else ''}: not JSON Schema ({message})")
+    if not metaschema:
+        return
+    # the schema without its properties, then each property: the metaschema checks each property's schema
+    # alone anyway, and apart (and without their descriptions) most are alike, so most checks are repeats
+    top = {k: v for k, v in _bare(schema).items() if k != "properties"}
+    parts = [("", {**top, "properties": {}} if "properties" in schema else top)]
+    parts += [(f"properties.{name}", _bare(prop)) for name, prop in props.items()]
+    for prefix, part in parts:
+        problem = _metaschema_problem(json.dumps(part, sort_keys=True))
+        if problem is not None:
+            path = ".".join(p for p in (prefix, problem[0]) if p)
+            raise ValueError(f"{where}{'.' + path if path else ''}: not JSON Schema ({problem[1]})")
+
+
+def _bare(schema: dict) -> dict:
+    """A schema without the descriptions and titles that are text (the metaschema only asks that they are)."""
+    return {k: v for k, v in schema.items() if not (k in ("description", "title") and isinstance(v, str))}
 
 
 def forget_checked_schemas() -> None:

@@ -22,7 +22,7 @@ import numpy as np
 from router.config import RouterConfig
 from router.decision import Decision, ToolPick, ToolSelection, TraceStep
 from router.tools.registry import Tool, ToolRegistry
-from router.tools.search import ToolIndex
+from router.tools.search import ToolIndex, skill_texts
 
 CHARS_PER_TOKEN = 4
 MAX_CACHED_SETS = 4096  # (role, granted skills) pairs whose candidates are kept
@@ -41,7 +41,7 @@ class ToolStage:
     ) -> None:
         registry.check_skills(config.skills, source)
         self.registry, self.config = registry, config
-        self.index = ToolIndex(registry)
+        self.index = ToolIndex(registry, skill_texts=skill_texts(config))
         self.named = registry.by_name()
         self.place = {t.name: i for i, t in enumerate(registry.tools)}
         self._candidates: dict[tuple[str, tuple[str, ...]], tuple[list[Tool], np.ndarray, int]] = {}
@@ -114,7 +114,7 @@ class ToolStage:
                 )
             )
             loaded += cost
-        return ToolSelection(
+        return ToolSelection.model_construct(
             tools=picks,
             none_applies=not picks,
             candidates=len(tools),
@@ -130,7 +130,7 @@ class ToolStage:
             ms = (time.perf_counter() - t0) * 1000
             detail = {"picked": [p.name for p in d.tools.tools], "candidates": d.tools.candidates}
             d.trace.append(
-                TraceStep(
+                TraceStep.model_construct(
                     stage="tools",
                     status="none_applies" if d.tools.none_applies else "ok",
                     ms=round(ms, 4),

@@ -142,6 +142,11 @@ def run_livemcp(
         f"LiveMCPBench: {len(registry.tools)} tools, {len(tasks)} tasks"
         + (f", examples from {pairs}" if pairs else "")
     )
+    timing = None
+    if speed is not None:  # first, before an encoder's torch threads share the cores
+        from training.benchmarks.tool_speed import copies, tool_speed
+
+        timing = tool_speed(copies(registry, speed[0]), model or default_model_dir(), speed[1], report=report)
     questions = [q for q, _ in tasks]
     clf = Classifier(model or default_model_dir())
     index = ToolIndex(registry, clf.embed, skill_texts=summaries)
@@ -164,11 +169,6 @@ def run_livemcp(
     results = {m: {**scores(r, tasks), "tokens_saved_at5": _saved(r, tokens)} for m, r in methods.items()}
     for m, s in results.items():
         report(f"{m}: " + ", ".join(f"{key} {v:.3f}" for key, v in s.items()))
-    timing = None
-    if speed is not None:
-        from training.benchmarks.tool_speed import copies, tool_speed
-
-        timing = tool_speed(copies(registry, speed[0]), model or default_model_dir(), speed[1], report=report)
     return {
         "benchmark": "livemcpbench-tool-search",
         "created_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
