@@ -34,6 +34,9 @@ def load_yaml(text: str, source: str) -> tuple[Any, Lines]:
         loader = _Loader(text)  # the reader refuses control characters at once
     except yaml.YAMLError as e:
         raise StrictLoadError(f"{source}:1: not valid YAML: {e}") from None
+    except UnicodeEncodeError as e:  # a lone surrogate, which no file holds but a string can
+        line = text[: e.start].count("\n") + 1
+        raise StrictLoadError(f"{source}:{line}: not valid YAML: {e.reason} at character {e.start}") from None
     try:
         try:
             node = loader.get_single_node()
