@@ -110,3 +110,36 @@ def tools_examples(
     say(
         f"{added} examples from {pairs} -> {registry} ({with_examples} of {len(updated.tools)} tools have examples)"
     )
+
+
+@tools_app.command("mcp")
+@command()
+def tools_mcp(
+    registry: Registry = Path("tools.yaml"),
+    config: RouterConfigFile = None,
+    role: str | None = Opt(None, help="Search only the tools this role of the router config may use."),
+    transport: str = Opt("stdio", help="stdio (an agent starts the server) or streamable-http."),
+    host: str = Opt("127.0.0.1", help="With streamable-http: the address to listen on."),
+    port: int = Opt(8765, help="With streamable-http: the port."),
+) -> None:
+    """Serve tool search over the Model Context Protocol (extra 'mcp'): one tool, search_tools(query, k),
+    returning the definitions of the registry's few tools a request needs."""
+    try:
+        from router.tools.mcp_server import build_server
+    except ImportError:
+        raise fail("the MCP server needs the 'mcp' extra: pip install 'intent-router[mcp]'", code=2) from None
+    from router.strict import StrictLoadError
+    from router.tools.registry import ToolRegistryError
+
+    if transport not in ("stdio", "streamable-http"):
+        raise fail(f"--transport must be stdio or streamable-http, got {transport!r}", code=2)
+    try:
+        server = build_server(registry, config, role)
+    except ImportError:
+        raise fail("the MCP server needs the 'mcp' extra: pip install 'intent-router[mcp]'", code=2) from None
+    except (ToolRegistryError, StrictLoadError, FileNotFoundError, ValueError) as e:
+        raise fail(str(e), code=2) from None
+    if transport == "stdio":
+        server.run("stdio")
+    else:
+        server.run("streamable-http", host=host, port=port)

@@ -1,0 +1,75 @@
+"""Tool search as an MCP server (``intent-router tools mcp``, extra ``mcp``): an agent whose client speaks the
+Model Context Protocol gets one tool, ``search_tools``, instead of every definition of a large registry,
+and loads the few definitions it returns.
+
+``search_tools(query, k)`` ranks the registry's tools for ``query`` as ``tools search`` does (router.tools.
+search: BM25 over each tool's words, its skill's description and its examples), among the tools ``role``
+may use when the server is started for one, and returns at most ``k`` with a word in common with the
+query: each tool's definition (name, description, input schema), skill, score and whether it needs
+confirmation. The registry is read once, at start.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from router.config import RouterConfig
+from router.tools.registry import ToolRegistry
+from router.tools.stage import ToolStage
+
+MAX_K = 50
+INSTRUCTIONS = (
+    "This server finds the tools a request needs out of a large registry. Call search_tools with the "
+    "user's request (or one step of it) and load only the tool definitions it returns."
+)
+
+
+def search(stage: ToolStage, query: str, k: int, allowed: set[str] | None) -> dict:
+    """The answer of ``search_tools``: the top ``k`` tools (at most ``MAX_K``) sharing a word with ``query``."""
+    if not query.strip():
+        raise ValueError("query is empty: give the request to find tools for")
+    if not 1 <= k <= MAX_K:
+        raise ValueError(f"k must be between 1 and {MAX_K}, got {k}")
+    hits = stage.index.search(query, k, allowed=allowed)
+    return {
+        "query": query,
+        "tools": [
+            {
+                **stage.named[h.name].definition(),
+                "skill": h.skill,
+                "score": h.lexical,
+                "requires_confirmation": h.requires_confirmation,
+            }
+            for h in hits
+            if h.lexical > 0
+        ],
+    }
+
+
+def build_server(registry: str | Path, config: str | Path | None = None, role: str | None = None):
+    """An MCPServer exposing ``search_tools`` over ``registry`` (checked against the router config)."""
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    cfg = RouterConfig.load(config)
+    stage = ToolStage(ToolRegistry.load(registry, cache=True), cfg, str(registry))
+    if role is not None and role not in cfg.roles:
+        raise ValueError(f"unknown role {role!r} (roles: {', '.join(sorted(cfg.roles))})")
+    allowed = stage.usable(role) if role is not None else None
+    server = MCPServer(name="intent-router-tools", instructions=INSTRUCTIONS)
+
+    @server.tool(
+        name="search_tools",
+        description=(
+            f"Find the tools a request needs among {len(stage.registry.tools)} tools. Returns at most k "
+            "(default 5) tool definitions, best first, each with its input schema and whether it needs the "
+            "user's confirmation."
+        ),
+    )
+    def search_tools(query: str, k: int = 5) -> dict:
+        try:
+            return search(stage, query, k, allowed)
+        except ValueError as e:  # told to the agent as it is, not as an unexpected failure
+            raise ToolError(str(e)) from None
+
+    return server
