@@ -149,22 +149,9 @@ def run_livemcp(
         timing = tool_speed(copies(registry, speed[0]), model or default_model_dir(), speed[1], report=report)
     questions = [q for q, _ in tasks]
     clf = Classifier(model or default_model_dir())
-    index = ToolIndex(registry, clf.embed, skill_texts=summaries)
-    queries = normalised(clf.embed(questions))
-    k = max(KS)
-    methods = {
-        "bm25": _ranked(ToolIndex(bare), questions, k),
-        "bm25+servers": _ranked(ToolIndex(bare, skill_texts=summaries), questions, k),
-    }
-    if pairs is not None:
-        methods["bm25+servers+examples"] = _ranked(ToolIndex(registry, skill_texts=summaries), questions, k)
-    methods["model"] = _dense(index.embeddings, queries, registry, k)
-    methods["fused"] = [
-        [h.name for h in index.search(q, k, query_embedding=e)]
-        for q, e in zip(questions, queries, strict=True)
-    ]
+    methods = _methods(bare, registry if pairs is not None else None, summaries, questions, clf.embed)
     for name in encoders:
-        methods[f"encoder:{name}"] = _dense_encoder(name, registry, questions, k)
+        methods[f"encoder:{name}"] = _dense_encoder(name, registry, questions, max(KS))
     tokens = {t.name: definition_tokens(t) for t in registry.tools}
     results = {m: {**scores(r, tasks), "tokens_saved_at5": _saved(r, tokens)} for m, r in methods.items()}
     for m, s in results.items():
@@ -181,6 +168,27 @@ def run_livemcp(
         "methods": results,
         "speed": timing,
     }
+
+
+def _methods(bare: ToolRegistry, taught: ToolRegistry | None, summaries: dict, questions: list[str], embed):
+    """Each method's ranking of every question: lexical zero-shot, with the servers' summaries and, with
+    ``taught`` (the registry with its examples), with both; the model's embedding alone and fused."""
+    k = max(KS)
+    registry = taught if taught is not None else bare
+    methods = {
+        "bm25": _ranked(ToolIndex(bare), questions, k),
+        "bm25+servers": _ranked(ToolIndex(bare, skill_texts=summaries), questions, k),
+    }
+    if taught is not None:
+        methods["bm25+servers+examples"] = _ranked(ToolIndex(taught, skill_texts=summaries), questions, k)
+    index = ToolIndex(registry, embed, skill_texts=summaries)
+    queries = normalised(embed(questions))
+    methods["model"] = _dense(index.embeddings, queries, registry, k)
+    methods["fused"] = [
+        [h.name for h in index.search(q, k, query_embedding=e)]
+        for q, e in zip(questions, queries, strict=True)
+    ]
+    return methods
 
 
 def _ranked(index: ToolIndex, questions: list[str], k: int) -> list[list[str]]:
