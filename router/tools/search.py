@@ -157,7 +157,8 @@ class ToolIndex:
             self.embeddings = self._embeddings(texts, cache_dir, f"{model_id}-{_digest(skill_texts)}")
 
     def lexical(self, query: str) -> np.ndarray:
-        """Every tool's BM25 score for ``query``: its words, plus its examples' when it has any."""
+        """Every tool's BM25 score for ``query``: its words and its skill's description, plus its examples'
+        when it has any."""
         return self.lexical_index.scores(words(query))
 
     def _embeddings(self, texts: list[str], cache_dir, model_id: str) -> np.ndarray:
