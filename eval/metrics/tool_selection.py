@@ -154,13 +154,7 @@ def _search(rows: list[ToolRow], stage, k: int) -> dict:
     """Search as ``tools search`` answers it: the top k of the tools the role may use, those with no word
     in common with the request left out."""
     need = [r for r in rows if r.tools]
-    usable: dict[str, set[str]] = {}
-    ranked = []
-    for r in need:
-        if r.role not in usable:
-            usable[r.role] = stage.usable(r.role)
-        hits = stage.index.search(r.text, k, allowed=usable[r.role])
-        ranked.append([h.name for h in hits if h.lexical > 0])
+    ranked = [[h.name for h in stage.search(r.text, k, r.role)] for r in need]
     out = {}
     for at in sorted({1, k}):
         out[f"recall_at_{at}"] = _mean(

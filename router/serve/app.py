@@ -264,11 +264,9 @@ def _add_tool_search(app: FastAPI, state: State, settings: ServeSettings) -> Non
         if role not in router.config.roles:
             raise ApiError(422, "unknown_role", f"unknown role {role!r}", roles=sorted(router.config.roles))
         stage = router.tools
-        hits = stage.index.search(req.query, req.k, allowed=stage.usable(role))
         tools = [
             {**h.to_dict(), "score": h.lexical, "definition": stage.named[h.name].definition()}
-            for h in hits
-            if h.lexical > 0
+            for h in stage.search(req.query, req.k, role)
         ]
         return {"query": req.query, "tools": [{k: t[k] for k in ToolHit.model_fields} for t in tools]}
 

@@ -60,8 +60,9 @@ def tools_search(
     ),
 ) -> None:
     """The top k tools of the registry for each request by BM25 over their words, their skill's description
-    in the router config and their examples (or fused with the model's embedding), with no intent gating: one JSON line per request ({query, tools: [{name, skill, score, lexical, dense,
-    requires_confirmation, definition}]})."""
+    in the router config and their examples (or fused with the model's embedding), with no intent gating:
+    one JSON line per request ({query, tools: [{name, skill, score, lexical, dense, requires_confirmation,
+    definition}]})."""
     from router.config import RouterConfig
     from router.strict import StrictLoadError
     from router.tools.registry import ToolRegistry, ToolRegistryError
@@ -124,11 +125,8 @@ def tools_mcp(
 ) -> None:
     """Serve tool search over the Model Context Protocol (extra 'mcp'): one tool, search_tools(query, k),
     returning the definitions of the registry's few tools a request needs."""
-    try:
-        from router.tools.mcp_server import build_server
-    except ImportError:
-        raise fail("the MCP server needs the 'mcp' extra: pip install 'intent-router[mcp]'", code=2) from None
     from router.strict import StrictLoadError
+    from router.tools.mcp_server import build_server  # imports the MCP SDK only when it builds the server
     from router.tools.registry import ToolRegistryError
 
     if transport not in ("stdio", "streamable-http"):

@@ -24,13 +24,12 @@ INSTRUCTIONS = (
 )
 
 
-def search(stage: ToolStage, query: str, k: int, allowed: set[str] | None) -> dict:
+def search(stage: ToolStage, query: str, k: int, role: str | None) -> dict:
     """The answer of ``search_tools``: the top ``k`` tools (at most ``MAX_K``) sharing a word with ``query``."""
     if not query.strip():
         raise ValueError("query is empty: give the request to find tools for")
     if not 1 <= k <= MAX_K:
         raise ValueError(f"k must be between 1 and {MAX_K}, got {k}")
-    hits = stage.index.search(query, k, allowed=allowed)
     return {
         "query": query,
         "tools": [
@@ -40,8 +39,7 @@ def search(stage: ToolStage, query: str, k: int, allowed: set[str] | None) -> di
                 "score": h.lexical,
                 "requires_confirmation": h.requires_confirmation,
             }
-            for h in hits
-            if h.lexical > 0
+            for h in stage.search(query, k, role)
         ],
     }
 
@@ -55,7 +53,6 @@ def build_server(registry: str | Path, config: str | Path | None = None, role: s
     stage = ToolStage(ToolRegistry.load(registry, cache=True), cfg, str(registry))
     if role is not None and role not in cfg.roles:
         raise ValueError(f"unknown role {role!r} (roles: {', '.join(sorted(cfg.roles))})")
-    allowed = stage.usable(role) if role is not None else None
     server = MCPServer(name="intent-router-tools", instructions=INSTRUCTIONS)
 
     @server.tool(
@@ -68,7 +65,7 @@ def build_server(registry: str | Path, config: str | Path | None = None, role: s
     )
     def search_tools(query: str, k: int = 5) -> dict:
         try:
-            return search(stage, query, k, allowed)
+            return search(stage, query, k, role)
         except ValueError as e:  # told to the agent as it is, not as an unexpected failure
             raise ToolError(str(e)) from None
 

@@ -202,15 +202,16 @@ class ToolRegistry(BaseModel):
         if not p.is_file():
             raise ToolRegistryError(f"tool registry not found: {p}")
         raw = p.read_bytes()
+        if not cache:
+            return cls.loads(_utf8(raw, p), str(p))
         cached = p.parent / CACHE_DIR / f"registry-{p.stem}-{hashlib.sha256(raw).hexdigest()[:16]}.json"
-        if cache and cached.is_file():
+        if cached.is_file():
             try:
                 return cls.model_validate_json(cached.read_bytes(), context={CHECKED: True})
             except ValueError:
                 pass  # a cache file damaged or of another version: read the registry itself
-        registry = cls.loads(read_utf8(p), str(p))
-        if cache:
-            _write_cache(registry, cached)
+        registry = cls.loads(_utf8(raw, p), str(p))
+        _write_cache(registry, cached)
         return registry
 
     @classmethod
@@ -250,7 +251,10 @@ def _write_cache(registry: ToolRegistry, path: Path) -> None:
 
 def read_utf8(path: Path) -> str:
     """A file's text; a file that is not UTF-8 is a ToolRegistryError naming the byte."""
-    raw = path.read_bytes()
+    return _utf8(path.read_bytes(), path)
+
+
+def _utf8(raw: bytes, path: Path) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:

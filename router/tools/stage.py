@@ -22,7 +22,7 @@ import numpy as np
 from router.config import RouterConfig
 from router.decision import Decision, ToolPick, ToolSelection, TraceStep
 from router.tools.registry import Tool, ToolRegistry
-from router.tools.search import ToolIndex, skill_texts
+from router.tools.search import Hit, ToolIndex, skill_texts
 
 CHARS_PER_TOKEN = 4
 MAX_CACHED_SETS = 4096  # (role, granted skills) pairs whose candidates are kept
@@ -45,6 +45,7 @@ class ToolStage:
         self.named = registry.by_name()
         self.place = {t.name: i for i, t in enumerate(registry.tools)}
         self._candidates: dict[tuple[str, tuple[str, ...]], tuple[list[Tool], np.ndarray, int]] = {}
+        self._usable: dict[str, set[str]] = {}  # per role, for search (a config reload builds a new stage)
         self.tokens = {t.name: definition_tokens(t) for t in registry.tools}
         self.by_skill: dict[str, list[Tool]] = {}
         for t in registry.tools:
@@ -73,6 +74,17 @@ class ToolStage:
 
         skills = [s for s in self.by_skill if skill_denial_reason(self.config, role, s) is None]
         return {t.name for t in self.candidates(role, skills)}
+
+    def search(self, query: str, k: int, role: str | None = None) -> list[Hit]:
+        """Tool search with no intent gating: the ``k`` best tools for ``query`` among those ``role`` may
+        use (all with no role), those with no word in common with it left out. What the service's
+        /v1/tools/search, the MCP server and eval's search figures answer."""
+        allowed = None
+        if role is not None:
+            allowed = self._usable.get(role)
+            if allowed is None:
+                allowed = self._usable[role] = self.usable(role)
+        return [h for h in self.index.search(query, k, allowed=allowed) if h.lexical > 0]
 
     def _candidate_set(self, role: str, skills: list[str]) -> tuple[list[Tool], np.ndarray, int]:
         """The candidates of ``role`` and ``skills``, their places in the index and their definitions'
