@@ -84,6 +84,9 @@ class ToolSearch(BaseModel):
     k: int = Field(5, ge=1, le=100)
     min_score: float = Field(0.0, ge=0.0)  # a tool must score above this; none does: none applies
     token_budget: int = Field(4000, ge=1)  # estimated tokens of the picked definitions, at most
+    # an exported sentence encoder (router.tools.encoder) that tool search fuses with BM25; route() never
+    # runs it. A relative path is read from the config file's folder.
+    encoder: str | None = None
 
 
 class RouterConfig(BaseModel):
@@ -183,7 +186,12 @@ class RouterConfig(BaseModel):
             if not p.is_file():
                 raise FileNotFoundError(f"router config not found: {p}")
             text, source = p.read_text(encoding="utf-8"), str(p)
-        return cls.loads(text, source)
+        cfg = cls.loads(text, source)
+        encoder = cfg.tool_search.encoder
+        if path is not None and encoder is not None and not Path(encoder).is_absolute():
+            spec = cfg.tool_search.model_copy(update={"encoder": str(Path(path).parent / encoder)})
+            cfg = cfg.model_copy(update={"tool_search": spec})
+        return cfg
 
     @classmethod
     def loads(cls, text: str, source: str = "<config>") -> RouterConfig:
@@ -192,11 +200,15 @@ class RouterConfig(BaseModel):
 
     def save(self, path: str | Path) -> Path:
         """Write the config as YAML (the fields that differ from their defaults), checked to load back."""
+        import os
+
         import yaml
 
-        text = yaml.safe_dump(
-            self.model_dump(exclude_defaults=True), sort_keys=False, allow_unicode=True, width=100
-        )
+        data = self.model_dump(exclude_defaults=True)
+        encoder = self.tool_search.encoder
+        if encoder is not None and not Path(encoder).is_absolute():  # relative to the new file's folder
+            data["tool_search"]["encoder"] = os.path.relpath(encoder, Path(path).parent)
+        text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
         RouterConfig.loads(text, str(path))
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -273,14 +273,17 @@ def run_evaluation(
         from eval.metrics.intent_thresholds import fit_intent_thresholds
 
         report["intent_thresholds"] = fit_intent_thresholds(ev.probs, ev.y, labels, tau, fit_thresholds)
+    routed = None  # the router conversations and tools are measured through, loaded once
+    if conversations is not None or tools is not None:
+        routed = _router(model, variant, threshold, cfg, tools)
     if conversations is not None:
-        report["conversation"] = _conversation_section(model, variant, threshold, conversations, cfg)
+        from eval.metrics.conversation_turns import evaluate_conversations
+
+        report["conversation"] = evaluate_conversations(routed, conversations)
     if tools is not None:
         from eval.metrics.tool_selection import tool_section
 
-        report["tools"] = tool_section(
-            Router.load(model, cfg, variant=variant, threshold=threshold, tools=tools), tool_data
-        )
+        report["tools"] = tool_section(routed, tool_data)
     if verifier is not None:
         from eval.metrics.verifier_lift import verifier_lift
 
@@ -338,14 +341,12 @@ def _report(model, predictor, ds, ev, tau: float, text_column: str, label_column
     }
 
 
-def _conversation_section(model, variant: str | None, tau: float | None, path: str | Path, cfg) -> dict:
-    from eval.metrics.conversation_turns import evaluate_conversations
+def _router(model, variant: str | None, tau: float | None, cfg, tools) -> Router:
     from router.manifest import load_manifest
-    from router.routing import Router
 
     if model is None or load_manifest(model).export is None:
-        raise ValueError("conversations are routed by the router: give an exported model directory")
-    return evaluate_conversations(Router.load(model, cfg, variant=variant, threshold=tau), path)
+        raise ValueError("conversations and tools are routed by the router: give an exported model directory")
+    return Router.load(model, cfg, variant=variant, threshold=tau, tools=tools)
 
 
 def source_section(ds) -> dict:

@@ -53,6 +53,11 @@ class ToolHit(BaseModel):
     name: str
     skill: str
     score: float = Field(description="BM25 score of the tool's words against the query.")
+    dense: float | None = Field(
+        None,
+        description="Cosine similarity to the query by the router config's tool_search.encoder, whose "
+        "ranking is fused with BM25's; null without an encoder.",
+    )
     requires_confirmation: bool
     definition: dict = Field(description="What the agent loads: name, description, input_schema.")
 

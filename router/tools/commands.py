@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from router.console import ModelDir, Opt, RouterConfigFile, command, fail, say, tools_app
+from router.console import Opt, RouterConfigFile, command, fail, say, tools_app
 
 Registry = Annotated[Path, Opt("--registry", help="Tool registry YAML to write or read.")]
 
@@ -51,42 +51,36 @@ def tools_search(
     queries: list[str] = typer.Argument(..., help="Request(s) to find tools for."),
     registry: Registry = Path("tools.yaml"),
     k: int = Opt(5, min=1, help="Tools per request."),
-    model: ModelDir = None,
     config: RouterConfigFile = None,
-    fuse_embedding: bool = Opt(
-        False,
-        "--fuse-embedding",
-        help="Fuse BM25 with the model's sentence embedding (on LiveMCPBench it lowers Recall@5: docs/tools.md).",
+    encoder: Path | None = Opt(
+        None,
+        help="A sentence encoder ('intent-router tools encoder') to fuse with BM25; default: the config's "
+        "tool_search.encoder.",
     ),
 ) -> None:
-    """The top k tools of the registry for each request by BM25 over their words, their skill's description
-    in the router config and their examples (or fused with the model's embedding), with no intent gating:
-    one JSON line per request ({query, tools: [{name, skill, score, lexical, dense, requires_confirmation,
-    definition}]})."""
+    """The top k tools of the registry for each request, with no intent gating: BM25 over their words, their
+    skill's description in the router config and their examples, fused by reciprocal rank with a sentence
+    encoder when one is given. One JSON line per request ({query, tools: [{name, skill, score, lexical,
+    dense, requires_confirmation, definition}]})."""
     from router.config import RouterConfig
+    from router.manifest import ModelError
     from router.strict import StrictLoadError
-    from router.tools.registry import ToolRegistry, ToolRegistryError
-    from router.tools.search import ToolIndex, skill_texts
+    from router.tools.registry import CACHE_DIR, ToolRegistry, ToolRegistryError
+    from router.tools.stage import search_index
 
     try:
         reg = ToolRegistry.load(registry, cache=True)
-        skills = skill_texts(RouterConfig.load(config))
-    except (ToolRegistryError, StrictLoadError, FileNotFoundError) as e:
+        cfg = RouterConfig.load(config)
+        if encoder is not None:
+            cfg = cfg.model_copy(
+                update={"tool_search": cfg.tool_search.model_copy(update={"encoder": str(encoder)})}
+            )
+        index = search_index(reg, cfg, registry.parent / CACHE_DIR)
+    except (ToolRegistryError, StrictLoadError, FileNotFoundError, ModelError) as e:
         raise fail(str(e), code=2) from None
-    embed, model_id = None, ""
-    if fuse_embedding:
-        from router.classifier import Classifier
-        from router.shipped import default_model_dir
-
-        clf = Classifier(model or default_model_dir())
-        embed, model_id = clf.embed, clf.model_id
-    index = ToolIndex(
-        reg, embed, cache_dir=registry.parent / ".tool-cache", model_id=model_id, skill_texts=skills
-    )
     defs = reg.by_name()
     for q in queries:
-        hits = index.search(q, k)
-        tools = [{**h.to_dict(), "definition": defs[h.name].definition()} for h in hits]
+        tools = [{**h.to_dict(), "definition": defs[h.name].definition()} for h in index.search(q, k)]
         print(json.dumps({"query": q, "tools": tools}, ensure_ascii=False))
 
 
@@ -125,6 +119,7 @@ def tools_mcp(
 ) -> None:
     """Serve tool search over the Model Context Protocol (extra 'mcp'): one tool, search_tools(query, k),
     returning the definitions of the registry's few tools a request needs."""
+    from router.manifest import ModelError
     from router.strict import StrictLoadError
     from router.tools.mcp_server import build_server  # imports the MCP SDK only when it builds the server
     from router.tools.registry import ToolRegistryError
@@ -135,7 +130,7 @@ def tools_mcp(
         server = build_server(registry, config, role)
     except ImportError:
         raise fail("the MCP server needs the 'mcp' extra: pip install 'intent-router[mcp]'", code=2) from None
-    except (ToolRegistryError, StrictLoadError, FileNotFoundError, ValueError) as e:
+    except (ToolRegistryError, StrictLoadError, FileNotFoundError, ValueError, ModelError) as e:
         raise fail(str(e), code=2) from None
     if transport == "stdio":
         server.run("stdio")

@@ -3,10 +3,11 @@ Model Context Protocol gets one tool, ``search_tools``, instead of every definit
 and loads the few definitions it returns.
 
 ``search_tools(query, k)`` ranks the registry's tools for ``query`` as ``tools search`` does (router.tools.
-search: BM25 over each tool's words, its skill's description and its examples), among the tools ``role``
-may use when the server is started for one, and returns at most ``k`` with a word in common with the
-query: each tool's definition (name, description, input schema), skill, score and whether it needs
-confirmation. The registry is read once, at start.
+search: BM25 over each tool's words, its skill's description and its examples, fused with the router
+config's ``tool_search.encoder`` when it names one), among the tools ``role`` may use when the server is
+started for one, and returns at most ``k``: each tool's definition (name, description, input schema),
+skill, BM25 score (and the encoder's similarity) and whether it needs confirmation. The registry is read
+once, at start.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from router.config import RouterConfig
-from router.tools.registry import ToolRegistry
 from router.tools.stage import ToolStage
 
 MAX_K = 50
@@ -25,7 +25,7 @@ INSTRUCTIONS = (
 
 
 def search(stage: ToolStage, query: str, k: int, role: str | None) -> dict:
-    """The answer of ``search_tools``: the top ``k`` tools (at most ``MAX_K``) sharing a word with ``query``."""
+    """The answer of ``search_tools``: the top ``k`` tools (at most ``MAX_K``) for ``query`` (ToolStage.search)."""
     if not query.strip():
         raise ValueError("query is empty: give the request to find tools for")
     if not 1 <= k <= MAX_K:
@@ -37,6 +37,7 @@ def search(stage: ToolStage, query: str, k: int, role: str | None) -> dict:
                 **stage.named[h.name].definition(),
                 "skill": h.skill,
                 "score": h.lexical,
+                **({"dense": h.dense} if h.dense is not None else {}),
                 "requires_confirmation": h.requires_confirmation,
             }
             for h in stage.search(query, k, role)
@@ -50,7 +51,7 @@ def build_server(registry: str | Path, config: str | Path | None = None, role: s
     from mcp.server.mcpserver.exceptions import ToolError
 
     cfg = RouterConfig.load(config)
-    stage = ToolStage(ToolRegistry.load(registry, cache=True), cfg, str(registry))
+    stage = ToolStage.of(Path(registry), cfg)
     if role is not None and role not in cfg.roles:
         raise ValueError(f"unknown role {role!r} (roles: {', '.join(sorted(cfg.roles))})")
     server = MCPServer(name="intent-router-tools", instructions=INSTRUCTIONS)

@@ -204,6 +204,8 @@ class ToolIndex:
             dense = self.embeddings[keep] @ normalised(np.asarray(q, dtype=np.float32)[None])[0]
             fused = fused + rrf(dense)
         order = np.argsort(-fused, kind="stable")[:k]
+        if dense is None:  # with BM25 alone, a tool with no word in common with the query is no hit
+            order = [j for j in order if lexical[j] > 0]
         return [
             Hit(
                 name=self.tools[keep[j]].name,

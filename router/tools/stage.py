@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import numpy as np
 
 from router.config import RouterConfig
 from router.decision import Decision, ToolPick, ToolSelection, TraceStep
-from router.tools.registry import Tool, ToolRegistry
+from router.tools.registry import CACHE_DIR, Tool, ToolRegistry
 from router.tools.search import Hit, ToolIndex, skill_texts
 
 CHARS_PER_TOKEN = 4
@@ -33,15 +34,39 @@ def definition_tokens(tool: Tool) -> int:
     return max(1, len(json.dumps(tool.definition(), ensure_ascii=False)) // CHARS_PER_TOKEN)
 
 
+def search_index(
+    registry: ToolRegistry, config: RouterConfig, cache_dir: str | Path | None = None
+) -> ToolIndex:
+    """The registry's index with the config's skill descriptions and, when ``tool_search.encoder`` names
+    one, the encoder's embeddings of the tools (kept in ``cache_dir`` by the registry's digest)."""
+    path = config.tool_search.encoder
+    if path is None:
+        return ToolIndex(registry, skill_texts=skill_texts(config))
+    from router.tools.encoder import SentenceEncoder
+
+    encoder = SentenceEncoder(path)
+    return ToolIndex(
+        registry,
+        encoder.embed,
+        cache_dir=cache_dir,
+        model_id=encoder.model_id,
+        skill_texts=skill_texts(config),
+    )
+
+
 class ToolStage:
     """A registry ready for ``route()``: indexed once, checked against the router config's skills."""
 
     def __init__(
-        self, registry: ToolRegistry, config: RouterConfig, source: str = "the tool registry"
+        self,
+        registry: ToolRegistry,
+        config: RouterConfig,
+        source: str = "the tool registry",
+        cache_dir: str | Path | None = None,
     ) -> None:
         registry.check_skills(config.skills, source)
         self.registry, self.config = registry, config
-        self.index = ToolIndex(registry, skill_texts=skill_texts(config))
+        self.index = search_index(registry, config, cache_dir)
         self.named = registry.by_name()
         self.place = {t.name: i for i, t in enumerate(registry.tools)}
         self._candidates: dict[tuple[str, tuple[str, ...]], tuple[list[Tool], np.ndarray, int]] = {}
@@ -56,7 +81,8 @@ class ToolStage:
         """The stage for ``tools``: a ToolRegistry, its YAML file, or None (no stage)."""
         if tools is None or isinstance(tools, ToolRegistry):
             return None if tools is None else cls(tools, config)
-        return cls(ToolRegistry.load(tools, cache=True), config, str(tools))
+        path = Path(tools)
+        return cls(ToolRegistry.load(path, cache=True), config, str(path), path.parent / CACHE_DIR)
 
     def candidates(self, role: str, skills: list[str]) -> list[Tool]:
         """The tools of ``skills`` whose own permissions ``role`` holds."""
@@ -77,14 +103,15 @@ class ToolStage:
 
     def search(self, query: str, k: int, role: str | None = None) -> list[Hit]:
         """Tool search with no intent gating: the ``k`` best tools for ``query`` among those ``role`` may
-        use (all with no role), those with no word in common with it left out. What the service's
+        use (all with no role): BM25 fused with the config's encoder (``search_index``) when it names one,
+        else BM25 alone with the tools that share no word with it left out. What the service's
         /v1/tools/search, the MCP server and eval's search figures answer."""
         allowed = None
         if role is not None:
             allowed = self._usable.get(role)
             if allowed is None:
                 allowed = self._usable[role] = self.usable(role)
-        return [h for h in self.index.search(query, k, allowed=allowed) if h.lexical > 0]
+        return self.index.search(query, k, allowed=allowed)
 
     def _candidate_set(self, role: str, skills: list[str]) -> tuple[list[Tool], np.ndarray, int]:
         """The candidates of ``role`` and ``skills``, their places in the index and their definitions'

