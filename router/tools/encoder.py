@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from router import env as envvars
 from router.manifest import FileEntry, ModelError, verify_file
 
 ENCODER_FILE = "encoder.json"
@@ -43,7 +44,8 @@ class SentenceEncoder:
         self.tokenizer.enable_truncation(max_length=int(spec["max_seq_length"]))
         self.tokenizer.enable_padding()
         opts = ort.SessionOptions()
-        if threads:
+        threads = envvars.threads() if threads is None else envvars.check_threads(threads, "threads")
+        if threads:  # as the routing model's: INTENT_ROUTER_THREADS, else onnxruntime's choice
             opts.intra_op_num_threads = threads
         self.session = ort.InferenceSession(str(graph), sess_options=opts, providers=["CPUExecutionProvider"])
 
