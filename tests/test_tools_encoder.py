@@ -149,3 +149,14 @@ def test_the_service_searches_with_the_configs_encoder(encoder_dir, tmp_path):
         assert r.status_code == 200, r.text
         top = r.json()["tools"][0]
         assert top["name"] == "get_forecast" and top["score"] == 0 and top["dense"] > 0.2
+
+
+@pytest.mark.slow
+def test_the_tool_benchmark_ranks_with_an_exported_encoder_alone_and_fused(encoder_dir):
+    from training.benchmarks.livemcp import _encoder_methods
+
+    name, methods, query_ms = _encoder_methods(
+        str(encoder_dir), ToolRegistry(tools=TOOLS), {}, [NO_WORD_IN_COMMON], 3
+    )
+    assert name == f"{BASE} (onnx)" and set(methods) == {f"encoder:{name}", f"bm25+encoder:{name}"}
+    assert all(ranked[0][0] == "get_forecast" for ranked in methods.values()) and query_ms > 0

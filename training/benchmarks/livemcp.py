@@ -27,6 +27,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import re
+import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -152,8 +153,11 @@ def run_livemcp(
     questions = [q for q, _ in tasks]
     clf = Classifier(model or default_model_dir())
     methods = _methods(bare, registry if pairs is not None else None, summaries, questions, clf.embed)
+    query_ms = {}
     for name in encoders:
-        methods.update(_encoder_methods(name, registry, summaries, questions, max(KS)))
+        label, found, query_ms[label] = _encoder_methods(name, registry, summaries, questions, max(KS))
+        methods.update(found)
+        report(f"{label}: {query_ms[label]:.2f} ms a query (p50, one at a time)")
     tokens = {t.name: definition_tokens(t) for t in registry.tools}
     results = {m: {**scores(r, tasks), "tokens_saved_at5": _saved(r, tokens)} for m, r in methods.items()}
     for m, s in results.items():
@@ -168,6 +172,7 @@ def run_livemcp(
         "needed_per_task": round(float(np.mean([len(n) for _, n in tasks])), 2),
         "examples": sum(len(t.examples) for t in registry.tools),
         "methods": results,
+        "encoder_query_p50_ms": query_ms,
         "speed": timing,
     }
 
@@ -210,21 +215,31 @@ def _dense(tool_emb: np.ndarray, queries: np.ndarray, registry: ToolRegistry, k:
 
 def _encoder_methods(
     encoder: str, registry: ToolRegistry, summaries: dict, questions: list[str], k: int
-) -> dict[str, list[list[str]]]:
+) -> tuple[str, dict[str, list[list[str]]], float]:
     """An untuned sentence encoder's ranking alone and fused with the fullest lexical one by reciprocal rank
-    (what ``tools search`` does with ``tool_search.encoder``). ``encoder`` is a folder written by
-    ``intent-router tools encoder`` (run by onnxruntime, as tool search runs it), or a sentence-transformers
-    folder or hub name (extra 'train')."""
+    (what ``tools search`` does with ``tool_search.encoder``), under the encoder's name in the results, and
+    its p50 milliseconds to embed one query.
+    ``encoder`` is a folder written by ``intent-router tools encoder`` (run by onnxruntime, as tool search
+    runs it), or a sentence-transformers folder or hub name (extra 'train')."""
     name, embed = _encoder(encoder)
     index = ToolIndex(registry, embed, skill_texts=summaries)
     queries = normalised(embed(questions))
-    return {
-        f"encoder:{name}": _dense(index.embeddings, queries, registry, k),
-        f"bm25+encoder:{name}": [
-            [h.name for h in index.search(q, k, query_embedding=e)]
-            for q, e in zip(questions, queries, strict=True)
-        ],
-    }
+    took = []
+    for q in questions:
+        t0 = time.perf_counter()
+        embed([q])
+        took.append(time.perf_counter() - t0)
+    return (
+        name,
+        {
+            f"encoder:{name}": _dense(index.embeddings, queries, registry, k),
+            f"bm25+encoder:{name}": [
+                [h.name for h in index.search(q, k, query_embedding=e)]
+                for q, e in zip(questions, queries, strict=True)
+            ],
+        },
+        round(float(np.median(took)) * 1000, 3),
+    )
 
 
 def _encoder(encoder: str) -> tuple[str, Callable[[Sequence[str]], np.ndarray]]:
@@ -233,7 +248,7 @@ def _encoder(encoder: str) -> tuple[str, Callable[[Sequence[str]], np.ndarray]]:
 
     if (Path(encoder) / ENCODER_FILE).is_file():
         exported = SentenceEncoder(encoder)
-        return f"{exported.base} (onnx)", exported.embed
+        return f"{Path(exported.base).name} (onnx)", exported.embed
     from sentence_transformers import SentenceTransformer
 
     from training.libraries import quiet_libraries
