@@ -3,10 +3,14 @@
 After RBAC has granted the skills of the decided intents (both of a compound request, the conversation's
 for a continuation), the candidates are the registry's tools of those skills whose permissions the role
 holds. They are ranked by BM25 against the message (router.tools.search; the routing model's embedding
-is left out, since it lowers tool recall: docs/tools.md), and the Decision gets at most the config's
+is left out, since it lowers tool recall, and so is the config's ``tool_search.encoder``, which would be a
+second model run per message: docs/tools.md), and the Decision gets at most the config's
 ``tool_search.k`` of them that score above ``min_score`` and fit ``token_budget``. When none scores
 above it, ``none_applies`` says so and no tool is loaded. A Decision with no skill gets an empty
 selection.
+
+``ToolStage.search``, tool search with no intent gating, fuses BM25 with that encoder when the config
+names one.
 
 Token counts are estimates, a quarter of the characters of each definition as JSON (name, description,
 input schema): what the agent would put in its context.
