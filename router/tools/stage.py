@@ -43,19 +43,13 @@ def search_index(
 ) -> ToolIndex:
     """The registry's index with the config's skill descriptions and, when ``tool_search.encoder`` names
     one, the encoder's embeddings of the tools (kept in ``cache_dir`` by the registry's digest)."""
-    path = config.tool_search.encoder
-    if path is None:
-        return ToolIndex(registry, skill_texts=skill_texts(config))
-    from router.tools.encoder import SentenceEncoder
+    embed, model_id = None, ""
+    if config.tool_search.encoder is not None:
+        from router.tools.encoder import SentenceEncoder
 
-    encoder = SentenceEncoder(path)
-    return ToolIndex(
-        registry,
-        encoder.embed,
-        cache_dir=cache_dir,
-        model_id=encoder.model_id,
-        skill_texts=skill_texts(config),
-    )
+        encoder = SentenceEncoder(config.tool_search.encoder)
+        embed, model_id = encoder.embed, encoder.model_id
+    return ToolIndex(registry, embed, cache_dir=cache_dir, model_id=model_id, skill_texts=skill_texts(config))
 
 
 class ToolStage:

@@ -188,14 +188,21 @@ def _methods(bare: ToolRegistry, taught: ToolRegistry | None, summaries: dict, q
     }
     if taught is not None:
         methods["bm25+servers+examples"] = _ranked(ToolIndex(taught, skill_texts=summaries), questions, k)
+    methods["model"], methods["fused"] = _dense_and_fused(registry, summaries, questions, embed, k)
+    return methods
+
+
+def _dense_and_fused(
+    registry: ToolRegistry, summaries: dict, questions: list[str], embed, k: int
+) -> tuple[list[list[str]], list[list[str]]]:
+    """The rankings of ``embed``'s cosine alone and fused with the fullest lexical one by reciprocal rank."""
     index = ToolIndex(registry, embed, skill_texts=summaries)
     queries = normalised(embed(questions))
-    methods["model"] = _dense(index.embeddings, queries, registry, k)
-    methods["fused"] = [
+    fused = [
         [h.name for h in index.search(q, k, query_embedding=e)]
         for q, e in zip(questions, queries, strict=True)
     ]
-    return methods
+    return _dense(index.embeddings, queries, registry, k), fused
 
 
 def _ranked(index: ToolIndex, questions: list[str], k: int) -> list[list[str]]:
@@ -222,8 +229,7 @@ def _encoder_methods(
     ``encoder`` is a folder written by ``intent-router tools encoder`` (run by onnxruntime, as tool search
     runs it), or a sentence-transformers folder or hub name (extra 'train')."""
     name, embed = _encoder(encoder)
-    index = ToolIndex(registry, embed, skill_texts=summaries)
-    queries = normalised(embed(questions))
+    dense, fused = _dense_and_fused(registry, summaries, questions, embed, k)
     took = []
     for q in questions:
         t0 = time.perf_counter()
@@ -231,13 +237,7 @@ def _encoder_methods(
         took.append(time.perf_counter() - t0)
     return (
         name,
-        {
-            f"encoder:{name}": _dense(index.embeddings, queries, registry, k),
-            f"bm25+encoder:{name}": [
-                [h.name for h in index.search(q, k, query_embedding=e)]
-                for q, e in zip(questions, queries, strict=True)
-            ],
-        },
+        {f"encoder:{name}": dense, f"bm25+encoder:{name}": fused},
         round(float(np.median(took)) * 1000, 3),
     )
 
