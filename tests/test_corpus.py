@@ -195,6 +195,27 @@ def test_compound_files_are_checked_and_counted(tmp_path):
     assert alone.errors == [] and alone.compound_counts() == counts
 
 
+def test_compound_files_named_for_a_split_are_checked_as_that_split(tmp_path):
+    d = _data_dir(tmp_path)
+    everyday = [_row("book the 6pm table and text ana the time", "ACTION", "SEARCH", pair="E-1")]
+    _write(d / "compound" / "train_everyday_pairs.jsonl", everyday)
+    _write(d / "compound" / "blind_everyday.jsonl", [_row("plan the migration", "PLANNING", pair="E-2")])
+    report = check_rules([d])
+    names = [Path(f).name for f in report.files][-5:]
+    assert names == [
+        "train.jsonl",
+        "train_everyday_pairs.jsonl",
+        "dev.jsonl",
+        "test.jsonl",
+        "blind_everyday.jsonl",
+    ]
+    assert report.compound_counts()["compound/train"]["rows"] == 4
+    # the everyday blind twin repeats a test row: a leak, found only if the file is read
+    assert any(
+        "blind_everyday.jsonl" in str(i.source) and "plan the migration" in i.message for i in report.errors
+    ), report.errors
+
+
 def test_without_compound_dir_nothing_changes(tmp_path):
     for name in ("train", "dev", "test", "oos"):
         (tmp_path / f"{name}.jsonl").write_bytes((FIX / "tiny" / f"{name}.jsonl").read_bytes())

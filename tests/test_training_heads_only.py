@@ -114,3 +114,24 @@ def test_more_train_files_rows_reach_the_contrastive_phase_after_the_train_files
     assert data["rows"]["train"] == len(train_texts) + len(EVERYDAY) and str(everyday) in data["files"]
     assert data["label_counts"]["ACTION"] == 8 + 2
     assert "more_train_files" not in manifest.training["hyperparameters"]
+
+
+def test_more_compound_train_files_rows_join_the_compound_head_rows(tmp_path):
+    from training.fit.train import _read_corpus
+
+    pairs = tmp_path / "train_everyday_pairs.jsonl"
+    rows = [
+        {"text": "check if my train is late and text mum", "labels": ["ACTION", "SEARCH"], "pair": "E-1"},
+        {"text": "is my train late", "label": "SEARCH", "twin": True, "pair": "E-1"},
+    ]
+    pairs.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    plain = _read_corpus(tiny_config(), report=lambda _: None)
+    more = _read_corpus(tiny_config(more_compound_train_files=[pairs]), report=lambda _: None)
+    assert more.compound["train"].texts == plain.compound["train"].texts + [r["text"] for r in rows]
+    assert more.compound["train"].secondary[-2:] == ["SEARCH", None]
+    assert more.fit_rows.texts[-2:] == [r["text"] for r in rows]  # they reach the heads' rows too
+    with pytest.raises(ValueError, match="more_compound_train_files needs compound_train_file"):
+        _read_corpus(
+            tiny_config(more_compound_train_files=[pairs], compound_train_file=None, compound_dev_file=None),
+            report=lambda _: None,
+        )

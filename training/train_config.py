@@ -62,6 +62,11 @@ class TrainConfig(BaseModel):
         Path("data/compound/train.jsonl"),
         description="Two-intent requests and their twins for the compound head (None: no compound head).",
     )
+    more_compound_train_files: list[Path] = Field(
+        default_factory=list,
+        description="More two-intent requests and twins for the compound head, kept in files of their own "
+        "and read after compound_train_file.",
+    )
     compound_dev_file: Path | None = Field(
         Path("data/compound/dev.jsonl"), description="The compound head's thresholds."
     )

@@ -35,8 +35,14 @@ def is_compound_file(path: str | Path) -> bool:
 
 
 def compound_files(data_dir: Path) -> list[Path]:
-    """data_dir/compound/{train,dev,test,blind}.jsonl, those present."""
-    return [p for s in COMPOUND_SPLITS if (p := Path(data_dir) / COMPOUND_DIR / f"{s}.jsonl").is_file()]
+    """data_dir/compound/'s files of the splits: {train,dev,test,blind}.jsonl, then those whose names
+    start with a split and '_' or '-' (train_everyday_pairs.jsonl is compound/train's), in split order."""
+    folder = Path(data_dir) / COMPOUND_DIR
+    out = []
+    for split in COMPOUND_SPLITS:
+        out += [p for p in [folder / f"{split}.jsonl"] if p.is_file()]
+        out += sorted(p for sep in "_-" for p in folder.glob(f"{split}{sep}*.jsonl") if p.is_file())
+    return out
 
 
 def pair_kind_of(labels: Sequence[str]) -> str:

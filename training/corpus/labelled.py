@@ -2,8 +2,9 @@
 
 Rows are ``{"text": str, "label": str}``; files whose name starts with ``oos`` hold out-of-scope
 messages without a label. Extra keys (for example ``pair``, the id of a boundary-rule pair) are kept.
-A directory's ``compound/{train,dev,test,blind}.jsonl`` (two-intent rows and their twins) are checked too, by
-training.corpus.compound_rows's rules; each is a split of its own ("compound/train"...) for leakage.
+A directory's ``compound/`` files (two-intent rows and their twins: ``{train,dev,test,blind}.jsonl`` and
+those named ``<split>_*.jsonl``) are checked too, by training.corpus.compound_rows's rules; each split is
+one of its own ("compound/train"...) for leakage.
 """
 
 from __future__ import annotations

@@ -53,6 +53,7 @@ NOT_HYPERPARAMETERS = (
     "dev_file",
     "test_file",
     "compound_train_file",
+    "more_compound_train_files",
     "compound_dev_file",
     "compound_test_file",
 )
@@ -129,6 +130,10 @@ def _read_corpus(config: TrainConfig, report: Reporter) -> _Corpus:
             ("test", config.compound_test_file),
         )
     }
+    if config.more_compound_train_files and compound["train"] is None:
+        raise ValueError("more_compound_train_files needs compound_train_file")
+    for path in config.more_compound_train_files:
+        compound["train"] = _joined(compound["train"], load_labeled(path, labels=labels_in_data))
     if (compound["train"] is None) != (compound["dev"] is None):
         raise ValueError(
             "the compound head needs both compound_train_file and compound_dev_file (or neither)"
@@ -193,6 +198,7 @@ def _manifest(config, model, data: _Corpus, calib, metrics, calib_seconds: float
     data_files += [*config.heads_only_files, config.dev_file]
     data_files += [config.test_file] if config.test_file else []
     data_files += [Path(r.source) for r in compound.values() if r is not None]
+    data_files += config.more_compound_train_files
     manifest = Manifest(
         name=config.name,
         created_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
