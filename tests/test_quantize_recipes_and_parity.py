@@ -388,6 +388,38 @@ def test_when_no_int8_recipe_passes_a_faithful_graph_becomes_the_default(tiny_tr
         export_model(again, options, parity_file=tiny / "test.jsonl", report=lambda _: None)
 
 
+def test_when_no_recipe_passes_with_margin_the_first_that_passes_is_put_back_not_rebuilt(
+    tiny_trained, tmp_path, monkeypatch
+):
+    """Every recipe passes the gates but none with margin: the first one's graph, set aside when it was
+    checked, comes back with its entry (the sha256 the router checks), and nothing is quantized again."""
+    import shutil
+
+    from router import Router
+    from router.manifest import load_manifest
+    from training.export import int8_search
+    from training.export.exporter import export_model
+    from training.export.options import ExportOptions
+
+    monkeypatch.setattr(int8_search, "margin_shortfalls", lambda parity: ["top-1 agreement (margin)"])
+    built = []
+    build = int8_search.Int8Builder.build
+    monkeypatch.setattr(int8_search.Int8Builder, "build", lambda self, r: built.append(r) or build(self, r))
+    src, _ = tiny_trained
+    out = tmp_path / "model"
+    shutil.copytree(src, out)
+    recipes = ("nbits8-b32", "rowscaled-int8")
+    options = ExportOptions(export_recipes=recipes, portable_int8=True)
+    tiny = Path(__file__).parent / "fixtures" / "tiny"
+    export_model(out, options, parity_file=tiny / "test.jsonl", report=lambda _: None)
+    assert built == list(recipes)  # the first recipe is not quantized a second time
+    int8 = load_manifest(out).export.variants["int8"]
+    assert int8.recipe == "nbits8-b32" and int8.parity.passed
+    assert [r.split(")")[0] for r in int8.rejected] == ["int8 (rowscaled-int8"]
+    assert sorted(p.name for p in out.iterdir() if p.name.endswith(".aside")) == []
+    assert Router.load(out).route("find the Q3 deck", "admin").model_id.endswith("/int8")
+
+
 def test_the_exports_known_chatter_is_silenced_and_nothing_else(caplog):
     """Build output: torch's legacy-exporter notice and onnxruntime's pre-processing hint are dropped; other
     warnings and log lines still show."""

@@ -43,6 +43,34 @@ def _narrow_encoder(path):
     return path / "encoder"
 
 
+def test_the_maps_start_is_fitted_on_a_seeded_sample_of_whole_batches(tmp_path, monkeypatch):
+    """Past MAP_FIT_TEXTS texts, the least-squares start reads a seeded sample of the batches: the same
+    sample for the same seed, and a map that takes the sample's embeddings to their targets."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from training.distil import encoder
+
+    student = SentenceTransformer(str(_narrow_encoder(tmp_path)), device="cpu")
+    texts = [json.loads(line)["text"] for line in (TINY / "train.jsonl").open()][:40]
+    batches = [list(range(i, min(i + 8, 40))) for i in range(0, 40, 8)]
+    targets = torch.nn.functional.normalize(torch.randn(40, 16, generator=torch.Generator().manual_seed(0)))
+    monkeypatch.setattr(encoder, "MAP_FIT_TEXTS", 20)
+    said: list[str] = []
+    target, linear = encoder._start(student, texts, batches, targets, 7, said.append)
+    _, again = encoder._start(student, texts, batches, targets, 7, lambda _: None)
+    assert said[0].endswith("the map starts from 16 of them)")  # two whole batches of 8, not 20 texts
+    assert torch.equal(linear.weight, again.weight)
+    assert [t.shape for t in target] == [(8, 16)] * 5  # every batch keeps its targets
+    with torch.no_grad():
+        first = encoder._embed(student, texts)
+        errors = ((first @ linear.weight.T - targets) ** 2).sum(1)
+    # 16 texts and 128 weights a target dimension: the sample's rows are fitted exactly, the others not
+    exact = {int(i) for i in torch.nonzero(errors < 1e-3).flatten()}
+    assert len([b for b in batches if set(b) <= exact]) == 2 and len(exact) == 16
+    assert errors[[i for i in range(40) if i not in exact]].min() > 0.01
+
+
 @pytest.mark.slow
 def test_a_narrower_encoder_learns_the_teachers_similarities_and_decision(tmp_path):
     import torch
@@ -68,7 +96,10 @@ def test_a_narrower_encoder_learns_the_teachers_similarities_and_decision(tmp_pa
     targets = teacher_embeddings(teacher, texts)
     np.testing.assert_allclose(targets.numpy(), target, atol=1e-5)  # normalised, in the texts' order
     distil_encoder(student, texts, targets, labels=labels, head_weight=0.3, report=lines.append, **kw)
-    assert lines[0] == f"distilling {len(texts)} texts (384 dimensions in the teacher; the student has 128)"
+    assert lines[0] == (
+        f"distilling {len(texts)} texts (384 dimensions in the teacher; the student has 128; the map starts "
+        f"from {len(texts)} of them)"
+    )
     epochs = [line for line in lines if line.startswith("distillation epoch")]
     assert len(epochs) == 8 and all("similarities" in e and "teacher head" in e for e in epochs)
     assert gap(student) < 0.1 * before  # measured: 0.69 -> 0.014

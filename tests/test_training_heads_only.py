@@ -72,23 +72,32 @@ def test_rows_outside_the_train_file_must_use_its_labels(tmp_path, option):
 
 @pytest.mark.slow
 def test_heads_only_weight_repeats_the_rows_in_the_softmax_head(tmp_path, monkeypatch):
-    from setfit import Trainer
+    from sentence_transformers import SentenceTransformer
 
+    from training.fit.intent_model import IntentModel
     from training.fit.train import train
 
     # two files, read in the order given
     everyday = [_everyday_file(tmp_path, EVERYDAY[4:], "b.jsonl"), _everyday_file(tmp_path, EVERYDAY[:4])]
     seen: list[list[str]] = []
-    train_classifier = Trainer.train_classifier
+    encoded: list[str] = []
+    fit_softmax_head, encode = IntentModel.fit_softmax_head, SentenceTransformer.encode
 
-    def recording(self, x_train, y_train, args=None):
-        seen.append(list(x_train))
-        return train_classifier(self, x_train, y_train, args=args)
+    def recording(self, texts, labels):
+        seen.append(list(texts))
+        return fit_softmax_head(self, texts, labels)
 
-    monkeypatch.setattr(Trainer, "train_classifier", recording)
+    def counting(self, sentences, *args, **kwargs):
+        encoded.extend([sentences] if isinstance(sentences, str) else sentences)
+        return encode(self, sentences, *args, **kwargs)
+
+    monkeypatch.setattr(IntentModel, "fit_softmax_head", recording)
+    monkeypatch.setattr(SentenceTransformer, "encode", counting)
     config = tiny_config(heads_only_file=everyday, heads_only_weight=3, max_steps=10)
     manifest = train(config, tmp_path / "model", report=lambda _: None, show_progress=False)
 
+    # a row counted three times is encoded once, for every head fitted on the trained body
+    assert [encoded.count(t) for t, _ in EVERYDAY] == [1] * len(EVERYDAY)
     (head_texts,) = seen
     train_texts = [json.loads(line)["text"] for line in config.train_file.read_text().splitlines()]
     assert head_texts[: len(train_texts)] == train_texts  # the train file's rows once each

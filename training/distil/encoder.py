@@ -7,7 +7,7 @@ All the targets derive from the teacher's normalised embedding of each text, com
 loaded while the student trains:
 - that embedding, which the student reaches through a linear map from its width to the
   teacher's (squared error). The map is learned with the student, starts as the least-squares fit of the
-  student's first embeddings to the teacher's, and is dropped afterwards;
+  student's first embeddings of a sample of the texts to the teacher's, and is dropped afterwards;
 - the similarities within a batch: the cosine similarity of each pair of messages in the student should
   be the teacher's (mean squared error). This is the geometry the router's heads are fitted on, read in
   the student's own space;
@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 Reporter = Callable[[str], None]
 MAP_LEARNING_RATE = 1e-3  # the linear map starts from a least-squares fit; it moves faster than the body
+MAP_FIT_TEXTS = 4096  # texts whose first embeddings the map's least-squares start is fitted on
 
 
 def teacher_embeddings(teacher, texts: Sequence[str], batch_size: int = 32):
@@ -89,7 +90,7 @@ def distil_encoder(
     batches = length_batches(student.tokenizer, texts, batch_size)
 
     t0 = time.perf_counter()
-    target, linear = _start(student, texts, batches, targets, report)
+    target, linear = _start(student, texts, batches, targets, seed, report)
     loss = EncoderLoss(student, texts, batches, targets, target, linear, similarity_weight)
     head = teacher_head(texts, batches, target, labels or {}, head_params or {}) if head_weight else None
     if head is not None:
@@ -115,23 +116,32 @@ def distil_encoder(
     return student
 
 
-def _start(student, texts: list[str], batches, targets, report: Reporter):
+def _start(student, texts: list[str], batches, targets, seed: int, report: Reporter):
     """Each batch's targets, and the linear map from the student's space to the teacher's, started at the
-    least-squares map from the student's first embeddings."""
+    least-squares map from the student's first embeddings of a seeded sample of the batches (MAP_FIT_TEXTS
+    texts: a map of 384 x 768 weights is settled long before the whole corpus, whose pass cost a tenth of
+    the distillation)."""
+    import random
+
     import torch
 
     student.eval()
+    target = [targets[batch] for batch in batches]
+    sample = list(range(len(batches)))
+    random.Random(seed).shuffle(sample)
+    while sum(len(batches[b]) for b in sample) > MAP_FIT_TEXTS and len(sample) > 1:
+        sample.pop()
     with torch.no_grad():
-        target = [targets[batch] for batch in batches]
-        first = torch.cat([_embed(student, [texts[i] for i in batch]) for batch in batches])
+        first = torch.cat([_embed(student, [texts[i] for i in batches[b]]) for b in sample])
     report(
         f"distilling {len(texts)} texts ({target[0].shape[1]} dimensions in the teacher; the student has "
-        f"{first.shape[1]})"
+        f"{first.shape[1]}; the map starts from {first.shape[0]} of them)"
     )
     linear = torch.nn.Linear(first.shape[1], target[0].shape[1], bias=False)
     with torch.no_grad():  # the least-squares map from the student's first embeddings to the teacher's
         # (gelsd: torch's default driver, gelsy, gave different maps run to run on one CPU)
-        linear.weight.copy_(torch.linalg.lstsq(first, torch.cat(target), driver="gelsd").solution.T)
+        fitted = torch.cat([target[b] for b in sample])
+        linear.weight.copy_(torch.linalg.lstsq(first, fitted, driver="gelsd").solution.T)
     return target, linear
 
 

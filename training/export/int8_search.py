@@ -5,7 +5,9 @@ such recipe's graph is kept. The -keepK recipes rank the encoder nodes once, on 
 
 from __future__ import annotations
 
+import os
 import random
+import shutil
 import time
 from collections.abc import Sequence
 
@@ -69,30 +71,39 @@ class Int8Builder:
 
 def best_int8(run: ExportRun, calibration_texts: Sequence[str] | None = None) -> list[str]:
     """Try the recipes in turn; the int8 variant left registered is the first that passes with margin,
-    else the first that passes, else the last tried. Returns the export's int8 failures; the variant's
-    ``rejected`` lists why the others were passed over."""
+    else the first that passes (its graph and entry set aside when it was checked, and put back), else
+    the last tried. Returns the export's int8 failures; the variant's ``rejected`` lists why the others
+    were passed over."""
     builder = Int8Builder(run, calibration_texts)
     rejected: list[str] = []
-    fallback = None  # the first recipe that passes the gates but not with margin
-    for recipe in run.options.export_recipes:
-        spec, failed = builder.build(recipe)
-        if not failed:
-            short = margin_shortfalls(spec.parity)
-            if not short:
-                break
-            failed = [f"int8 ({recipe}) passes, without margin: {', '.join(short)}"]
-            fallback = fallback or recipe
-        rejected += failed
-        run.report(f"int8 {recipe} rejected: {'; '.join(failed)}")
-    else:  # no recipe passed with margin: ``failed`` is the last recipe's
-        if fallback is not None:
-            run.report(f"int8: no recipe passes with margin; keeping {fallback}, the first that passes")
-            failed = []
-            if fallback != recipe:  # the graph on disk is a later recipe's: rebuild the fallback
-                spec, failed = builder.build(fallback)
-            rejected = [r for r in rejected if not r.startswith(f"int8 ({fallback})")]
-        spec.rejected = [r for r in rejected if r not in failed]
-        return failed
+    fallback = None  # the first recipe that passes the gates but not with margin, set aside
+    aside = run.path("int8").with_name(VARIANT_FILES["int8"] + ".aside")
+    try:
+        for recipe in run.options.export_recipes:
+            spec, failed = builder.build(recipe)
+            if not failed:
+                short = margin_shortfalls(spec.parity)
+                if not short:
+                    break
+                failed = [f"int8 ({recipe}) passes, without margin: {', '.join(short)}"]
+                if fallback is None:
+                    shutil.copyfile(run.path("int8"), aside)
+                    fallback = (recipe, spec.model_copy(deep=True))
+            rejected += failed
+            run.report(f"int8 {recipe} rejected: {'; '.join(failed)}")
+        else:  # no recipe passed with margin: ``failed`` is the last recipe's
+            if fallback is not None:
+                kept, spec = fallback
+                run.report(f"int8: no recipe passes with margin; keeping {kept}, the first that passes")
+                os.replace(aside, run.path("int8"))  # the same bytes its entry's sha256 covers
+                run.manifest.export.variants["int8"] = spec
+                failed = []
+                rejected = [r for r in rejected if not r.startswith(f"int8 ({kept})")]
+            spec.rejected = [r for r in rejected if r not in failed]
+            run.manifest.save(run.model_dir)
+            return failed
+    finally:
+        aside.unlink(missing_ok=True)
     spec.rejected = list(rejected)
     return []
 

@@ -68,6 +68,9 @@ class IntentModel(CompoundReading):
         self.teacher_recovery: dict | None = None
         self.scope: InScopeDistance | None = None
         self.compound: CompoundHead | None = None
+        # while ``fit`` fits the heads on the trained body: text -> its embedding, so that the softmax
+        # head, the compound head and its clauses encode each distinct text once
+        self._fitting: dict[str, np.ndarray] | None = None
 
     # ------------------------------------------------------------------------------- fitting
     def fit(
@@ -128,7 +131,7 @@ class IntentModel(CompoundReading):
         head_ds = ds.select([k for k, i in enumerate(single) for _ in range(repeats[i])])
         with tempfile.TemporaryDirectory(prefix="setfit-") as tmp:
             args = training_arguments(config, tmp)
-            trainer, body_seconds = contrastive_phase(
+            _, body_seconds = contrastive_phase(
                 model,
                 body_ds,
                 args,
@@ -152,14 +155,22 @@ class IntentModel(CompoundReading):
                 )
                 if workdir is not None:
                     workdir.cleanup()
-            t0 = time.perf_counter()
-            trainer.train_classifier(*trainer.dataset_to_parameters(head_ds), args=args)
+        t0 = time.perf_counter()
+        self.setfit, self.temperature, self._fitting = model, 1.0, {}
+        try:
+            self.fit_softmax_head(head_ds["text"], head_ds["label"])
             head_seconds = time.perf_counter() - t0
-        report(f"head fitted: {head_seconds:.1f}s")
-        self.setfit, self.temperature = model, 1.0
-        self._fit_distance_and_compound(texts, labels, secondary, labels_in_data, report)
+            report(f"head fitted: {head_seconds:.1f}s")
+            self._fit_distance_and_compound(texts, labels, secondary, labels_in_data, report)
+        finally:
+            self._fitting = None
         self.fit_seconds = {"contrastive": body_seconds, "distil": distil_seconds, "head": head_seconds}
         return self
+
+    def fit_softmax_head(self, texts: Sequence[str], labels: Sequence[str]) -> None:
+        """The logistic head on the body's embeddings of ``texts`` (a row repeated counts that many
+        times; while ``fit`` runs, it is encoded once), as SetFit's train_classifier fits it."""
+        self.setfit.model_head.fit(self.encode(texts), list(labels))
 
     def _fit_distance_and_compound(
         self,
@@ -234,10 +245,19 @@ class IntentModel(CompoundReading):
         return np.array([index[l] for l in labels], dtype=int)
 
     def encode(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        """The body's sentence embeddings of ``texts`` (while ``fit`` fits the heads, each distinct text
+        is encoded once and kept)."""
+        texts = list(texts)
+        kept = self._fitting
+        todo = texts if kept is None else list(dict.fromkeys(t for t in texts if t not in kept))
         emb = self.setfit.model_body.encode(
-            list(texts), batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False
+            todo, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False
         )
-        return np.asarray(emb, dtype=np.float32)
+        emb = np.asarray(emb, dtype=np.float32)
+        if kept is None:
+            return emb
+        kept.update(zip(todo, emb, strict=True))
+        return np.stack([kept[t] for t in texts]) if texts else emb
 
     def logits(self, texts: Sequence[str]) -> np.ndarray:
         """Raw class scores of the fitted logistic head, in ``labels`` order."""
