@@ -249,15 +249,18 @@ class IntentModel(CompoundReading):
         is encoded once and kept)."""
         texts = list(texts)
         kept = self._fitting
-        todo = texts if kept is None else list(dict.fromkeys(t for t in texts if t not in kept))
+        if kept is None or not texts:
+            return self._encode(texts, batch_size)
+        todo = list(dict.fromkeys(t for t in texts if t not in kept))
+        if todo:
+            kept.update(zip(todo, self._encode(todo, batch_size), strict=True))
+        return np.stack([kept[t] for t in texts])
+
+    def _encode(self, texts: list[str], batch_size: int) -> np.ndarray:
         emb = self.setfit.model_body.encode(
-            todo, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False
+            texts, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False
         )
-        emb = np.asarray(emb, dtype=np.float32)
-        if kept is None:
-            return emb
-        kept.update(zip(todo, emb, strict=True))
-        return np.stack([kept[t] for t in texts]) if texts else emb
+        return np.asarray(emb, dtype=np.float32)
 
     def logits(self, texts: Sequence[str]) -> np.ndarray:
         """Raw class scores of the fitted logistic head, in ``labels`` order."""
