@@ -24,8 +24,12 @@ def check_build_files(cfg: TrainConfig) -> list[str]:
     """Raise (naming the file) on the first file or router config that does not fit; return the labels."""
     labels = model_labels(cfg)
     single = [cfg.dev_file, cfg.test_file, *cfg.more_train_files, *cfg.heads_only_files]
-    compound = [cfg.compound_train_file, *cfg.more_compound_train_files, cfg.compound_dev_file]
-    compound.append(cfg.compound_test_file)
+    compound = [
+        cfg.compound_train_file,
+        *cfg.more_compound_train_files,
+        cfg.compound_dev_file,
+        cfg.compound_test_file,
+    ]
     for path in [p for p in (*single, *compound) if p is not None]:
         load_labeled(path, labels=labels)
     intents = tuple(intents_of(labels))
