@@ -109,6 +109,38 @@ def test_normalize_and_split_names():
     assert split_of(Path("data/train.jsonl")) == "train"
     assert split_of(Path("x/test_hard.jsonl")) == "test"
     assert split_of(Path("oos.jsonl")) == "oos"
+    assert split_of(Path("data/compound/Dev-More.jsonl")) == "compound/dev"
+    assert (
+        split_of(Path("data/trainer.jsonl")) == "trainer"
+    )  # a split's name must end or be followed by _ or -
+
+
+def test_compound_files_and_split_names_read_one_rule(tmp_path):
+    from training.corpus.compound_rows import compound_files
+
+    folder = tmp_path / "compound"
+    folder.mkdir()
+    for name in (
+        "blind.jsonl",
+        "Dev-More.jsonl",
+        "dev.jsonl",
+        "trainer.jsonl",
+        "train_b.jsonl",
+        "train.jsonl",
+    ):
+        (folder / name).write_text("")
+    found = compound_files(tmp_path)
+    # each split's own file first, then the others named for it; trainer.jsonl is named for no split
+    assert [p.name for p in found] == [
+        "train.jsonl",
+        "train_b.jsonl",
+        "dev.jsonl",
+        "Dev-More.jsonl",
+        "blind.jsonl",
+    ]
+    assert [split_of(p) for p in found] == [
+        "compound/" + s for s in ("train", "train", "dev", "dev", "blind")
+    ]
 
 
 def test_missing_file_is_an_error(tmp_path):

@@ -34,14 +34,27 @@ def is_compound_file(path: str | Path) -> bool:
     return Path(path).parent.name == COMPOUND_DIR
 
 
+def file_stem(path: str | Path) -> str:
+    """A corpus file's name up to its first dot, lower-cased: train_everyday.jsonl -> train_everyday."""
+    return Path(path).name.lower().split(".")[0]
+
+
+def named_for(path: str | Path, split: str) -> bool:
+    """Whether a file's name puts it in ``split``: the split's own name (train.jsonl), or the split's name
+    then '_' or '-' (train_everyday_pairs.jsonl is train's)."""
+    stem = file_stem(path)
+    return stem == split or stem.startswith((split + "_", split + "-"))
+
+
 def compound_files(data_dir: Path) -> list[Path]:
-    """data_dir/compound/'s files of the splits: {train,dev,test,blind}.jsonl, then those whose names
-    start with a split and '_' or '-' (train_everyday_pairs.jsonl is compound/train's), in split order."""
+    """data_dir/compound/'s JSONL files of the splits, in split order: {train,dev,test,blind}.jsonl, then
+    the others named for that split (``named_for``)."""
     folder = Path(data_dir) / COMPOUND_DIR
+    files = sorted(p for p in folder.glob("*.jsonl") if p.is_file()) if folder.is_dir() else []
     out = []
     for split in COMPOUND_SPLITS:
-        out += [p for p in [folder / f"{split}.jsonl"] if p.is_file()]
-        out += sorted(p for sep in "_-" for p in folder.glob(f"{split}{sep}*.jsonl") if p.is_file())
+        out += [p for p in files if p.name.lower() == f"{split}.jsonl"]
+        out += [p for p in files if named_for(p, split) and p.name.lower() != f"{split}.jsonl"]
     return out
 
 

@@ -24,7 +24,9 @@ from training.corpus.compound_rows import (
     check_pairs,
     compound_counts,
     compound_files,
+    file_stem,
     is_compound_file,
+    named_for,
     pair_kinds,
     parse_row,
 )
@@ -68,12 +70,11 @@ def is_unlabeled_file(path: Path) -> bool:
 def split_of(path: Path) -> str:
     """The split a file belongs to, from its name: train.jsonl -> train, oos.jsonl -> oos,
     compound/dev.jsonl -> compound/dev."""
-    stem = Path(path).name.lower().split(".")[0]
     prefix = "compound/" if is_compound_file(path) else ""
     for s in SPLIT_ORDER:
-        if stem == s or stem.startswith(s + "_") or stem.startswith(s + "-"):
+        if named_for(path, s):
             return prefix + s
-    return prefix + stem
+    return prefix + file_stem(path)
 
 
 def leaks(split_a: str, split_b: str) -> bool:
