@@ -117,6 +117,10 @@ def test_file_level_errors(tmp_path):
         import_tools(write(tmp_path, "y.json", []), "langchain", "action")
     with pytest.raises(ToolRegistryError, match="no tools"):
         import_tools(write(tmp_path, "z.json", []), "mcp", "action")
+    with pytest.raises(
+        ToolRegistryError, match=r"tool registry not found: .*none.yaml \(`intent-router tools import"
+    ):
+        ToolRegistry.load(tmp_path / "none.yaml")
 
 
 def test_the_registry_refuses_repeated_names_unknown_fields_and_unknown_skills(tmp_path):

@@ -200,7 +200,10 @@ class ToolRegistry(BaseModel):
         metaschema checks; the first read writes it there (when the folder can be written)."""
         p = Path(path)
         if not p.is_file():
-            raise ToolRegistryError(f"tool registry not found: {p}")
+            raise ToolRegistryError(
+                f"tool registry not found: {p} (`intent-router tools import FILE --format mcp|openai|anthropic "
+                f"--skill NAME --registry {p}` writes one)"
+            )
         raw = p.read_bytes()
         if not cache:
             return cls.loads(_utf8(raw, p), str(p))
