@@ -110,9 +110,8 @@ def test_normalize_and_split_names():
     assert split_of(Path("x/test_hard.jsonl")) == "test"
     assert split_of(Path("oos.jsonl")) == "oos"
     assert split_of(Path("data/compound/Dev-More.jsonl")) == "compound/dev"
-    assert (
-        split_of(Path("data/trainer.jsonl")) == "trainer"
-    )  # a split's name must end or be followed by _ or -
+    # a split's name must end the name or be followed by _ or -
+    assert split_of(Path("data/trainer.jsonl")) == "trainer"
 
 
 def test_compound_files_and_split_names_read_one_rule(tmp_path):

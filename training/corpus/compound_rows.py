@@ -52,9 +52,8 @@ def compound_files(data_dir: Path) -> list[Path]:
     folder = Path(data_dir) / COMPOUND_DIR
     files = sorted(p for p in folder.glob("*.jsonl") if p.is_file()) if folder.is_dir() else []
     out = []
-    for split in COMPOUND_SPLITS:
-        out += [p for p in files if p.name.lower() == f"{split}.jsonl"]
-        out += [p for p in files if named_for(p, split) and p.name.lower() != f"{split}.jsonl"]
+    for split in COMPOUND_SPLITS:  # the split's own file first
+        out += sorted((p for p in files if named_for(p, split)), key=lambda p: file_stem(p) != split)
     return out
 
 
