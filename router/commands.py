@@ -31,6 +31,7 @@ from router.console import (
     fail,
     make_verifier,
 )
+from router.serve import options as so
 
 MessageReader = Callable[[Path], list[str]]
 """Messages to route from a file, or from stdin for '-'."""
@@ -86,94 +87,39 @@ def schema(
 @app.command()
 @command(extra="serve")
 def serve(
-    host: str = Opt("127.0.0.1", help="Address to listen on; non-loopback needs --key-file."),
-    port: int = Opt(8080, help="TCP port."),
-    key_file: Path | None = Opt(
-        None, envvar="INTENT_ROUTER_KEY_FILE", help="YAML/JSON: API key sha256 -> roles (docs/serve.md)."
-    ),
+    host: so.Host = "127.0.0.1",
+    port: so.Port = 8080,
+    key_file: so.KeyFile = None,
     model_dir: ModelDir = None,
     config: RouterConfigFile = None,
     threshold: Threshold = None,
-    max_body_bytes: Annotated[
-        int | None, Opt(help="Larger request bodies get 413 (default: the config's limits, else 1048576).")
-    ] = None,
-    max_messages: Annotated[
-        int | None, Opt(help="More messages in one request get 422 (default: the config's limits, else 64).")
-    ] = None,
-    max_chars: Annotated[
-        int | None, Opt(help="Longer messages get 422 (default: the config's max_message_chars, else 10000).")
-    ] = None,
-    inference_threads: int = Opt(0, help="Concurrent route() calls without a verifier; 0: one per core."),
-    ort_threads: int = Opt(1, help="onnxruntime intra-op threads per call (0: all cores)."),
+    max_body_bytes: so.MaxBodyBytes = None,
+    max_messages: so.MaxMessages = None,
+    max_chars: so.MaxChars = None,
+    inference_threads: so.InferenceThreads = 0,
+    ort_threads: so.OrtThreads = 1,
     verifier_url: VerifierURL = None,
     verifier_model: VerifierModel = None,
-    verifier_timeout: Annotated[float | None, Opt(help="Seconds per verifier HTTP request.")] = None,
-    graceful_timeout: float = Opt(30.0, help="Seconds to finish requests in flight on shutdown."),
-    keep_alive_timeout: float = Opt(
-        75.0,
-        help="Seconds an idle keep-alive connection stays open; keep it above your clients' and proxies'.",
-    ),
-    workers: int = Opt(1, help="Server processes, each with its own model; N > 1: N processes on one port."),
-    max_connection_age: Annotated[
-        float | None,
-        Opt(
-            help="Seconds a keep-alive connection lives before a response closes it, so a worker started "
-            "later gets its share (default: 30 with --workers N > 1, else off; 0: off)."
-        ),
-    ] = None,
-    decision_log: Annotated[
-        Path | None, Opt(help="Record every routed message and its decision in this directory.")
-    ] = None,
-    decision_log_format: str = Opt("jsonl", help="Decision log files: jsonl or parquet (extra 'scale')."),
-    decision_log_redact: Annotated[
-        str | None, Opt(help="module:function applied to every message before it is logged.")
-    ] = None,
-    golden: Annotated[
-        Path | None,
-        Opt(
-            help="Labelled JSONL every load and reload must route right (default: the packaged set, for "
-            "a model of the shipped intents)."
-        ),
-    ] = None,
-    golden_min_accuracy: float = Opt(0.9, help="Share of the golden set a model must route right."),
-    golden_min_agreement: float = Opt(
-        0.8, help="At a reload, share of the golden set routed as the serving model routes it."
-    ),
-    reload_compare: Annotated[
-        Path | None,
-        Opt(
-            help="compare.json a reload that changes the model must pass: `intent-router compare` of the "
-            "serving model (incumbent) against the new one (candidate), read again at each reload; an "
-            "admin reload's 'compare_report' names another."
-        ),
-    ] = None,
-    tools: Annotated[
-        Path | None,
-        Opt(
-            help="Tool registry YAML: each decision gets the few tools it needs; read again at every reload."
-        ),
-    ] = None,
-    ray: bool = Opt(
-        False,
-        "--ray",
-        help="Serve as replicas on Ray Serve (extra 'ray-serve') instead of worker processes.",
-    ),
-    replicas: int = Opt(2, min=1, help="With --ray: replicas (the minimum, with --max-replicas)."),
-    max_replicas: Annotated[
-        int | None, Opt(min=1, help="With --ray: scale up to this many replicas as requests queue.")
-    ] = None,
-    ray_address: Annotated[
-        str | None,
-        Opt(help="With --ray: the cluster to join ('auto': the local node's); default: start one."),
-    ] = None,
-    otel: bool = Opt(
-        False,
-        "--otel",
-        help="Export OpenTelemetry traces over OTLP/HTTP (extra 'otel'): a span per request and per routed "
-        "message, with its stages; the endpoint comes from OTEL_EXPORTER_OTLP_ENDPOINT.",
-    ),
-    load_delay: float = Opt(0.0, hidden=True, help="Wait before loading the model (tests)."),
-    log_level: str = Opt("info"),
+    verifier_timeout: so.ServeVerifierTimeout = None,
+    graceful_timeout: so.GracefulTimeout = 30.0,
+    keep_alive_timeout: so.KeepAliveTimeout = 75.0,
+    workers: so.Workers = 1,
+    max_connection_age: so.MaxConnectionAge = None,
+    decision_log: so.DecisionLog = None,
+    decision_log_format: so.DecisionLogFormat = "jsonl",
+    decision_log_redact: so.DecisionLogRedact = None,
+    golden: so.Golden = None,
+    golden_min_accuracy: so.GoldenMinAccuracy = 0.9,
+    golden_min_agreement: so.GoldenMinAgreement = 0.8,
+    reload_compare: so.ReloadCompare = None,
+    tools: so.Tools = None,
+    ray: so.Ray = False,
+    replicas: so.Replicas = 2,
+    max_replicas: so.MaxReplicas = None,
+    ray_address: so.RayAddress = None,
+    otel: so.Otel = False,
+    load_delay: so.LoadDelay = 0.0,
+    log_level: so.LogLevel = "info",
 ) -> None:
     """Serve the router over HTTP (extra 'serve'): POST /v1/route, POST /admin/reload, /healthz, /readyz,
     /metrics; SIGHUP reloads the model and config."""
@@ -253,7 +199,11 @@ def route(
         for d in decisions:
             print(d.model_dump_json(exclude_none=False) if as_json else json.dumps(d.brief()))
         return
-    d = decisions[0]
+    _print_decision(decisions[0])
+
+
+def _print_decision(d) -> None:
+    """One decision: its brief as one JSON line, then its tools, denied skills and message for people."""
     print(json.dumps(d.brief()))  # one JSON line, never wrapped, whatever the terminal's width
     if d.tools is not None:
         picked = ", ".join(
