@@ -71,12 +71,12 @@ def test_an_unknown_distance_choice_is_refused(clinc):
         run_scope_check(clinc, SHIPPED, "admin", distance=("sometimes",))
 
 
-def test_the_command_prints_a_table_and_writes_the_results(clinc, tmp_path):
+def test_the_command_prints_a_table_and_writes_the_results_in_a_new_folder(clinc, tmp_path):
     from typer.testing import CliRunner
 
     from cli import app
 
-    out = tmp_path / "scope.json"
+    out = tmp_path / "reports" / "scope.json"  # a folder that does not exist yet is made
     args = [
         "bench",
         "scope",

@@ -84,9 +84,8 @@ def bench_examples(
 ) -> dict:
     """An intent defined by examples (no retraining) against the same intent trained as a class on the same
     rows: two builds of the project, scored on its test split."""
-    import json
-
     from training.benchmarks.examples_vs_classes import compare
+    from training.pipeline import write_json
 
     result = compare(project, intent, examples=examples, seed=seed, report=say)
     rows = [
@@ -99,8 +98,7 @@ def bench_examples(
         rows,
     )
     if out:
-        out.write_text(json.dumps(result, indent=2) + "\n")
-        console.print(f"wrote {out}")
+        console.print(f"wrote {write_json(result, out)}")
     return result
 
 
@@ -113,9 +111,8 @@ def bench_project(
 ) -> dict:
     """BANKING77 grouped into seven labels of a bank's support agent, run as a user would: init, data
     check, build, eval, gate, route, serve and score, each a separate process (training/benchmarks/unseen_project.py)."""
-    import json
-
     from training.benchmarks.unseen_project import run_project
+    from training.pipeline import write_json
 
     if directory.exists() and any(directory.iterdir()):
         raise fail(f"{directory} is not empty: give --dir a new directory", code=2)
@@ -124,8 +121,7 @@ def bench_project(
     table("BANKING77 as a project of seven intents", ["metric", "value"], [[k, result[k]] for k in keys])
     table("Seconds per step", ["step", "s"], [[k, v] for k, v in result["seconds"].items()])
     if out:
-        out.write_text(json.dumps(result, indent=2) + "\n")
-        console.print(f"wrote {out}")
+        console.print(f"wrote {write_json(result, out)}")
     return result
 
 
@@ -145,9 +141,8 @@ def bench_scope(
 ) -> dict:
     """The out-of-scope boundary on text nobody here wrote: CLINC150's side-effect intents (routed to ACTION?),
     its information intents (routed? SEARCH for live data?), its small talk and oos_test (not routed?), with the in-scope distance on and off (training/benchmarks/clinc_scope.py)."""
-    import json
-
     from training.benchmarks.clinc_scope import DISTANCE_CHOICES, run_scope_check
+    from training.pipeline import write_json
 
     try:
         result = run_scope_check(path, model, role, tuple(distance or DISTANCE_CHOICES), report=say)
@@ -163,8 +158,7 @@ def bench_scope(
     header += ["live: SEARCH", "small talk: unrouted", "oos_test: unrouted"]  # oos: called out of scope
     table(f"CLINC150 test, {result['model_id']}", header, rows)
     if out:
-        out.write_text(json.dumps(result, indent=2) + "\n")
-        console.print(f"wrote {out}")
+        console.print(f"wrote {write_json(result, out)}")
     return result
 
 
