@@ -204,5 +204,6 @@ def name_intents(decision: dict, ranked: dict, intents: Sequence[str]) -> None:
 
 def write_json_schema(path: str | Path, intents: Sequence[str] | None = None) -> Path:
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(decision_json_schema(intents), indent=2) + "\n", encoding="utf-8")
     return path

@@ -117,7 +117,7 @@ def test_bench_languages_counts_each_outcome_per_language(tmp_path):
     ]
     path = tmp_path / "langs.jsonl"
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    out = tmp_path / "langs.json"
+    out = tmp_path / "bench" / "langs.json"  # its folder is made
     args = ["bench", "languages", "--path", str(path), "--model", str(committed("models/intent-minilm"))]
     res = CliRunner().invoke(app, [*args, "--out", str(out)])
     assert res.exit_code == 0, res.output

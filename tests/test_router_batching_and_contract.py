@@ -154,6 +154,20 @@ def test_decision_fields_and_committed_schema(tiny_router):
     assert committed == decision_json_schema(), "run 'intent-router schema' after changing Decision"
 
 
+def test_schema_command_writes_the_committed_schema_into_a_new_folder(tmp_path):
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    out = tmp_path / "schemas" / "decision.schema.json"
+    res = CliRunner().invoke(app, ["schema", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert json.loads(out.read_text(encoding="utf-8")) == decision_json_schema()
+    res = CliRunner().invoke(app, ["schema", "--out", str(tmp_path / "m.json"), "--model", str(SHIPPED)])
+    enum = json.loads((tmp_path / "m.json").read_text(encoding="utf-8"))["properties"]["intent"]["anyOf"][0]
+    assert set(enum["enum"]) == {"SEARCH", "REASONING", "PLANNING", "MEMORY", "ACTION"}, enum
+
+
 def test_runtime_does_not_import_torch_setfit_or_sklearn():
     code = (
         "import sys\n"

@@ -89,6 +89,7 @@ def bench_languages(
     for m in result["misses"]:
         say(f"  {m['lang']} {m['label']} -> {'+'.join(m['intents']) or 'out of scope'}: {m['text']}")
     if out:
-        out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         console.print(f"wrote {out}")
     return result
