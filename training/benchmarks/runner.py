@@ -105,8 +105,6 @@ def run_benchmark(
     the operating point chosen on val for ``in_scope_floor`` (training.benchmarks.seed._operating_points).
     With ``out`` the results JSON is written there after every seed (so a long run keeps its progress)
     and at the end, with ``command`` (the command line) recorded."""
-    from router.manifest import package_versions
-    from training.fit.train import VERSIONED_PACKAGES
     from training.libraries import quiet_libraries
     from training.pipeline import write_json
     from training.train_config import TrainConfig
@@ -125,9 +123,45 @@ def run_benchmark(
     base_cfg = TrainConfig(name=f"bench-{name}", **{k: v for k, v in overrides.items() if v is not None})
     quiet_libraries()
 
-    from router.manifest import sha256_file
+    result = _result_head(name, path, splits, shots, oos_class, seed_list, base_cfg)
+    t0 = time.perf_counter()
+    for seed in seed_list:
+        cfg = base_cfg.model_copy(update={"seed": seed})
+        result["runs"].append(
+            seed_run(name, splits, shots, seed, cfg, report, show_progress, oos_class, in_scope_floor)
+        )
+        result["summary"] = summarize(result["runs"])
+        result["seconds_total"] = round(time.perf_counter() - t0, 2)
+        if out is not None and seed != seed_list[-1]:
+            write_json({"command": command, **result}, out)
+    result["complete"] = True
+    if out is not None:
+        write_json({"command": command, **result}, out)
+    return result
 
-    result: dict = {
+
+def _protocol(name: str, shots: int | None, oos_class: bool) -> str:
+    """How a run samples, fits and scores, in words, for the results file."""
+    sample = f"{shots} rows per class sampled from train with each seed" if shots else "full train split"
+    if oos_class:
+        fitted = (
+            "; oos_train trained as an out-of-scope class (and oos_val in val); temperature and in-scope distance "
+            "threshold fitted on val; arg-max on test + oos_test, with and without the distance"
+        )
+    elif name == "clinc150":
+        fitted = "; temperature fitted on val; out-of-scope threshold chosen on val + oos_val, applied to test + oos_test"
+    else:
+        fitted = "; no val split, so no temperature (T = 1)"
+    return sample + "; accuracy on the full test split" + fitted
+
+
+def _result_head(name, path, splits, shots, oos_class, seed_list, base_cfg) -> dict:
+    """The results dict before any seed has run: the data's files and sizes, the protocol, the
+    hyperparameters, the package versions and the machine."""
+    from router.manifest import package_versions, sha256_file
+    from training.fit.train import VERSIONED_PACKAGES
+
+    return {
         "benchmark": name,
         "path": str(path),
         "data": {
@@ -136,18 +170,7 @@ def run_benchmark(
             "classes": len(splits["train"].classes),
         },
         "shots": shots,
-        "protocol": (
-            f"{shots} rows per class sampled from train with each seed" if shots else "full train split"
-        )
-        + "; accuracy on the full test split"
-        + (
-            "; oos_train trained as an out-of-scope class (and oos_val in val); temperature and in-scope distance "
-            "threshold fitted on val; arg-max on test + oos_test, with and without the distance"
-            if oos_class
-            else "; temperature fitted on val; out-of-scope threshold chosen on val + oos_val, applied to test + oos_test"
-            if name == "clinc150"
-            else "; no val split, so no temperature (T = 1)"
-        ),
+        "protocol": _protocol(name, shots, oos_class),
         "oos_class": oos_class,
         "seeds": seed_list,
         "hyperparameters": base_cfg.model_dump(
@@ -164,20 +187,6 @@ def run_benchmark(
         "complete": False,
         "runs": [],
     }
-    t0 = time.perf_counter()
-    for seed in seed_list:
-        cfg = base_cfg.model_copy(update={"seed": seed})
-        result["runs"].append(
-            seed_run(name, splits, shots, seed, cfg, report, show_progress, oos_class, in_scope_floor)
-        )
-        result["summary"] = summarize(result["runs"])
-        result["seconds_total"] = round(time.perf_counter() - t0, 2)
-        if out is not None and seed != seed_list[-1]:
-            write_json({"command": command, **result}, out)
-    result["complete"] = True
-    if out is not None:
-        write_json({"command": command, **result}, out)
-    return result
 
 
 def format_summary(result: dict) -> list[tuple[str, str]]:
