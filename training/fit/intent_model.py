@@ -94,41 +94,46 @@ class IntentModel(CompoundReading):
         phase, and as their primary in the softmax head (single-intent accuracy fell, compound recall
         did not rise)."""
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        config = self.config
         texts, labels = list(texts), list(labels)
-        secondary = list(secondary) if secondary is not None else [None] * len(texts)
-        body = list(body) if body is not None else [True] * len(texts)
-        repeats = list(head_repeats) if head_repeats is not None else [1] * len(texts)
-        if (
-            len(labels) != len(texts)
-            or len(secondary) != len(texts)
-            or len(body) != len(texts)
-            or len(repeats) != len(texts)
-        ):
-            raise ValueError(
-                f"{len(texts)} texts but {len(labels)} labels / {len(secondary)} secondaries / {len(body)} marks"
-                f" / {len(repeats)} repeats"
-            )
-        if any(r < 1 for r in repeats):
-            raise ValueError("head_repeats must be at least 1 for every row")
+        secondary, body, repeats = _row_marks(texts, labels, secondary, body, head_repeats)
         labels_in_data = sorted(set(labels))
         if len(labels_in_data) < 2:
             raise ValueError(f"need at least two labels to train, found {labels_in_data}")
+        single = [i for i, s in enumerate(secondary) if s is None]
+        model, head_params = base_model(self.config, labels_in_data, report)
+        body_seconds, distil_seconds = self._train_body(
+            model, texts, labels, single, body, head_params, report, show_progress
+        )
+        head_rows = [i for i in single for _ in range(repeats[i])]
+        t0 = time.perf_counter()
+        self.setfit, self.temperature, self._fitting = model, 1.0, {}
+        try:
+            self.fit_softmax_head([texts[i] for i in head_rows], [labels[i] for i in head_rows])
+            head_seconds = time.perf_counter() - t0
+            report(f"head fitted: {head_seconds:.1f}s")
+            self._fit_distance_and_compound(texts, labels, secondary, labels_in_data, report)
+        finally:
+            self._fitting = None
+        self.fit_seconds = {"contrastive": body_seconds, "distil": distil_seconds, "head": head_seconds}
+        return self
 
+    def _train_body(
+        self, model, texts, labels, single, body, head_params, report: Reporter, show_progress: bool
+    ) -> tuple[float, float]:
+        """The body's training: the contrastive phase on the single-intent rows ``body`` marks, then, when
+        the config names one, distillation from a teacher (its layers, its encoder or its stored targets).
+        Returns the seconds of each."""
         from datasets import Dataset
 
-        model, head_params = base_model(config, labels_in_data, report)
+        config = self.config
         # an exported teacher without its checkpoint gives the body recovered from its graph (training.export.recover)
         workdir = tempfile.TemporaryDirectory(prefix="teacher-") if config.teacher is not None else None
         teacher, self.teacher_recovery = (
             teacher_body(config.teacher, Path(workdir.name), report) if workdir is not None else (None, None)
         )
         check_layer_choices(config, model)
-
-        single = [i for i, s in enumerate(secondary) if s is None]
         ds = Dataset.from_dict({"text": [texts[i] for i in single], "label": [labels[i] for i in single]})
         body_ds = ds.select([k for k, i in enumerate(single) if body[i]])
-        head_ds = ds.select([k for k, i in enumerate(single) for _ in range(repeats[i])])
         with tempfile.TemporaryDirectory(prefix="setfit-") as tmp:
             args = training_arguments(config, tmp)
             _, body_seconds = contrastive_phase(
@@ -155,17 +160,7 @@ class IntentModel(CompoundReading):
                 )
                 if workdir is not None:
                     workdir.cleanup()
-        t0 = time.perf_counter()
-        self.setfit, self.temperature, self._fitting = model, 1.0, {}
-        try:
-            self.fit_softmax_head(head_ds["text"], head_ds["label"])
-            head_seconds = time.perf_counter() - t0
-            report(f"head fitted: {head_seconds:.1f}s")
-            self._fit_distance_and_compound(texts, labels, secondary, labels_in_data, report)
-        finally:
-            self._fitting = None
-        self.fit_seconds = {"contrastive": body_seconds, "distil": distil_seconds, "head": head_seconds}
-        return self
+        return body_seconds, distil_seconds
 
     def fit_softmax_head(self, texts: Sequence[str], labels: Sequence[str]) -> None:
         """The logistic head on the body's embeddings of ``texts`` (a row repeated counts that many
@@ -318,3 +313,19 @@ class IntentModel(CompoundReading):
                 f"{checkpoint}: head label order {model.labels} differs from the manifest's {manifest.labels}"
             )
         return model
+
+
+def _row_marks(texts: list, labels: list, secondary, body, head_repeats) -> tuple[list, list, list]:
+    """Each row's second intent (None: single-intent), whether it trains the body, and how often it counts
+    in the softmax head, with their defaults; one per text, or a ValueError."""
+    secondary = list(secondary) if secondary is not None else [None] * len(texts)
+    body = list(body) if body is not None else [True] * len(texts)
+    repeats = list(head_repeats) if head_repeats is not None else [1] * len(texts)
+    if {len(labels), len(secondary), len(body), len(repeats)} != {len(texts)}:
+        raise ValueError(
+            f"{len(texts)} texts but {len(labels)} labels / {len(secondary)} secondaries / {len(body)} marks"
+            f" / {len(repeats)} repeats"
+        )
+    if any(r < 1 for r in repeats):
+        raise ValueError("head_repeats must be at least 1 for every row")
+    return secondary, body, repeats
