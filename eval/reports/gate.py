@@ -229,18 +229,28 @@ def _accepted_accuracy_at(report: dict, tau: float) -> tuple[float | None, bool]
 def run_gate(report: dict, baseline: dict) -> list[Check]:
     """Every check of ``report`` against ``baseline``; the gate passes when all checks pass."""
     check_baseline(baseline)
+    return [
+        *_classification_checks(report, baseline),
+        _accepted_check(report, baseline),
+        *_section_checks(report, baseline),
+    ]
+
+
+def _at_least(name: str, value, base, tolerance, detail: str = "") -> Check:
+    limit = _r(base - tolerance)
+    ok = value is not None and value >= limit - 1e-12
+    return Check(name, value, ">=", limit, base, ok, detail or f"tol {tolerance:g}")
+
+
+def _classification_checks(report: dict, baseline: dict) -> list[Check]:
+    """Accuracy and macro F1 within their tolerances, each class's F1 above its floor, ECE below its
+    ceiling."""
     c, cal = report["classification"], report["calibration"]
     bm, tol = baseline["metrics"], baseline["tolerances"]
-    checks: list[Check] = []
-
-    def at_least(name, value, base, tolerance, detail=""):
-        limit = _r(base - tolerance)
-        ok = value is not None and value >= limit - 1e-12
-        checks.append(Check(name, value, ">=", limit, base, ok, detail or f"tol {tolerance:g}"))
-
-    at_least("accuracy", c["accuracy"], bm["accuracy"], tol["accuracy"])
-    at_least("macro_f1", c["macro_f1"], bm["macro_f1"], tol["macro_f1"])
-
+    checks = [
+        _at_least("accuracy", c["accuracy"], bm["accuracy"], tol["accuracy"]),
+        _at_least("macro_f1", c["macro_f1"], bm["macro_f1"], tol["macro_f1"]),
+    ]
     for label, floor in baseline["class_f1_floors"].items():
         pc = c["per_class"].get(label)
         value = pc["f1"] if pc else None
@@ -249,47 +259,32 @@ def run_gate(report: dict, baseline: dict) -> list[Check]:
         checks.append(
             Check(f"f1[{label}]", value, ">=", floor, bm.get("class_f1", {}).get(label), ok, detail)
         )
-
     ceiling = baseline["ece_ceiling"]
-    checks.append(
-        Check(
-            "ece",
-            cal["ece"],
-            "<=",
-            ceiling,
-            bm.get("ece"),
-            cal["ece"] is not None and cal["ece"] <= ceiling + 1e-12,
-            "ceiling",
-        )
-    )
+    ok = cal["ece"] is not None and cal["ece"] <= ceiling + 1e-12
+    checks.append(Check("ece", cal["ece"], "<=", ceiling, bm.get("ece"), ok, "ceiling"))
+    return checks
 
+
+def _accepted_check(report: dict, baseline: dict) -> Check:
+    """Accuracy of the messages accepted at the baseline's threshold, within its tolerance."""
+    bm, tol = baseline["metrics"], baseline["tolerances"]
     tau = baseline["threshold"]
     value, found = _accepted_accuracy_at(report, tau)
     name = f"accepted_accuracy@{tau:g}"
     if not found:
-        checks.append(
-            Check(
-                name,
-                None,
-                ">=",
-                None,
-                bm["accepted_accuracy"],
-                False,
-                f"the report has no row for tau {tau:g}",
-            )
+        detail = f"the report has no row for tau {tau:g}"
+        return Check(name, None, ">=", None, bm["accepted_accuracy"], False, detail)
+    if bm["accepted_accuracy"] is None:
+        return Check(
+            name, value, ">=", None, None, True, "baseline accepted nothing at this tau: not checked"
         )
-    elif bm["accepted_accuracy"] is None:
-        checks.append(
-            Check(name, value, ">=", None, None, True, "baseline accepted nothing at this tau: not checked")
-        )
-    else:
-        at_least(
-            name,
-            value,
-            bm["accepted_accuracy"],
-            tol["accepted_accuracy"],
-            f"tol {tol['accepted_accuracy']:g}" + ("" if value is not None else "; nothing accepted"),
-        )
+    detail = f"tol {tol['accepted_accuracy']:g}" + ("" if value is not None else "; nothing accepted")
+    return _at_least(name, value, bm["accepted_accuracy"], tol["accepted_accuracy"], detail)
+
+
+def _section_checks(report: dict, baseline: dict) -> list[Check]:
+    """The floors and ceilings of the baseline's sections (out of scope, compound, conversations, tools)."""
+    checks = []
     for section, spec in SECTION_CHECKS.items():
         for key, lim in (baseline.get(section) or {}).items():
             value = _section_value(report, section, spec[key][0]) if key in spec else None
