@@ -164,13 +164,36 @@ def run_speed_benchmark(
     training side) if given, ``runs`` times interleaved; each row is the median of the runs with the
     spread; ratios are against the reference, whose model id is ``reference_model`` (default: this
     model's)."""
-    from eval.bench.cpu import cpu_name
     from router.manifest import load_manifest
 
     others = [(Path(d), load_manifest(d).model_id) for d in compare]  # fail before any timing
 
     model_dir = Path(model_dir)
     manifest = load_manifest(model_dir)
+    present = _runnable_variants(model_dir, manifest, variants, report)
+    timing = dict(batch_size=batch_size, threads=threads, report=report)
+    per_run = [
+        _one_run(run, runs, model_dir, texts, present, others, reference, **timing)
+        for run in range(max(1, runs))
+    ]
+    rows = [_median_row([run[i] for run in per_run]) for i in range(len(per_run[0]))]
+    for r in rows:
+        if r["name"].startswith("router onnx"):
+            r["goals"] = check_goals(r)
+    return {
+        "model": manifest.model_id,
+        "reference_model": (reference_model or manifest.model_id) if reference is not None else None,
+        "messages": len(texts),
+        "mean_words": statistics.fmean(len(t.split()) for t in texts) if texts else 0,
+        "int8_recipe": (manifest.export.variants["int8"].recipe if "int8" in present else None),
+        "default_variant": manifest.export.default_variant if manifest.export else None,
+        "machine": _machine(),
+        "rows": rows,
+    }
+
+
+def _runnable_variants(model_dir: Path, manifest, variants: Sequence[str], report) -> list[str]:
+    """The ``variants`` the model has on disk and whose parity passed at export; says why of the others."""
     present = [
         v
         for v in variants
@@ -183,45 +206,42 @@ def run_speed_benchmark(
     failed = [v for v in present if (p := manifest.export.variants[v].parity) is not None and not p.passed]
     for v in failed:
         report(f"skipping onnx {v}: it failed its parity check at export")
-    present = [v for v in present if v not in failed]
-    per_run: list[list[dict]] = []
-    for run in range(max(1, runs)):
-        rows = []
-        for v in present:
-            report(f"run {run + 1}/{runs}: router onnx {v} ...")
-            rows.append(bench_router(model_dir, texts, v, batch_size=batch_size, threads=threads))
-        for other, other_id in others:
-            report(f"run {run + 1}/{runs}: router onnx of {other} (its default graph) ...")
-            row = bench_router(other, texts, None, batch_size=batch_size, threads=threads)
-            rows.append({**row, "name": f"{row['name']}: {other.name}", "model": other_id})
-        if reference is not None:
-            report(f"run {run + 1}/{runs}: {reference[0]} ...")
-            rows.append(bench_predictor(reference[0], reference[1], texts, batch_size=batch_size))
-        ref = rows[-1] if reference is not None else None
-        for r in rows if ref else ():
-            r["speedup_p50_vs_setfit"] = ref["p50_ms"] / r["p50_ms"]
-            r["throughput_vs_setfit"] = r["batch_msgs_per_s"] / ref["batch_msgs_per_s"]
-        per_run.append(rows)
-    rows = [_median_row([run[i] for run in per_run]) for i in range(len(per_run[0]))]
-    for r in rows:
-        if r["name"].startswith("router onnx"):
-            r["goals"] = check_goals(r)
+    return [v for v in present if v not in failed]
+
+
+def _one_run(
+    run, runs, model_dir, texts, present, others, reference, *, batch_size, threads, report
+) -> list[dict]:
+    """One interleaved run: each variant's router, each compared model's, then the reference, with the
+    ratios against the reference."""
+    rows = []
+    for v in present:
+        report(f"run {run + 1}/{runs}: router onnx {v} ...")
+        rows.append(bench_router(model_dir, texts, v, batch_size=batch_size, threads=threads))
+    for other, other_id in others:
+        report(f"run {run + 1}/{runs}: router onnx of {other} (its default graph) ...")
+        row = bench_router(other, texts, None, batch_size=batch_size, threads=threads)
+        rows.append({**row, "name": f"{row['name']}: {other.name}", "model": other_id})
+    if reference is not None:
+        report(f"run {run + 1}/{runs}: {reference[0]} ...")
+        rows.append(bench_predictor(reference[0], reference[1], texts, batch_size=batch_size))
+    ref = rows[-1] if reference is not None else None
+    for r in rows if ref else ():
+        r["speedup_p50_vs_setfit"] = ref["p50_ms"] / r["p50_ms"]
+        r["throughput_vs_setfit"] = r["batch_msgs_per_s"] / ref["batch_msgs_per_s"]
+    return rows
+
+
+def _machine() -> dict:
+    from eval.bench.cpu import cpu_name
+
     return {
-        "model": manifest.model_id,
-        "reference_model": (reference_model or manifest.model_id) if reference is not None else None,
-        "messages": len(texts),
-        "mean_words": statistics.fmean(len(t.split()) for t in texts) if texts else 0,
-        "int8_recipe": (manifest.export.variants["int8"].recipe if "int8" in present else None),
-        "default_variant": manifest.export.default_variant if manifest.export else None,
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "processor": platform.processor() or platform.machine(),
-            "cpu": cpu_name(),
-            "python": platform.python_version(),
-            "load_avg": os.getloadavg() if hasattr(os, "getloadavg") else None,
-        },
-        "rows": rows,
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu": cpu_name(),
+        "python": platform.python_version(),
+        "load_avg": os.getloadavg() if hasattr(os, "getloadavg") else None,
     }
 
 
