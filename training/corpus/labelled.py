@@ -253,55 +253,62 @@ def _parse_file(path: Path, labels: Sequence[str], report: CheckReport) -> list[
         err(0, str(e).removeprefix(f"{path}: "))
         return rows
     for n, obj, problem in parsed:
+        if problem is None:
+            example, problem = _example(obj, n, src, labels, unlabeled, compound)
         if problem is not None:
             err(n, problem)
             continue
-        if "text" not in obj:
-            err(n, "missing 'text'")
-            continue
-        text = obj["text"]
-        if not isinstance(text, str):
-            err(n, f"'text' must be a string, got {type(text).__name__}")
-            continue
-        label = obj.get("label")
-        if unlabeled:
-            # Out-of-scope rows may be whitespace or emoji only: that is what they test.
-            if label is not None:
-                err(n, f"out-of-scope file rows carry no label, found {label!r}")
-                continue
-            if text == "":
-                err(n, "empty text")
-                continue
-        else:
-            if not text.strip():
-                err(n, "empty text")
-                continue
-            if compound:
-                row, problem = parse_row(obj, n, None if labels is None else intents_of(labels))
-                if row is None:
-                    err(n, problem)
-                    continue
-                report.compound[src].append(row)
-                second = row.labels[1] if len(row.labels) > 1 else None
-                rows.append(Example(text=text, label=row.labels[0], source=src, line=n, secondary=second))
-                continue
-            if "label" not in obj or label is None:
-                err(n, "missing 'label'")
-                continue
-            if not isinstance(label, str):
-                err(n, f"'label' must be a string, got {type(label).__name__}")
-                continue
-            if labels is not None and label not in labels:
-                err(n, f"unknown label {label!r} (expected one of {', '.join(labels)})")
-                continue
-            problem = label_problem(label) if labels is None else None
-            if problem:
-                err(n, problem)
-                continue
-        rows.append(Example(text=text, label=label, source=src, line=n))
+        if compound:
+            report.compound[src].append(example.row)
+        rows.append(example.example)
     if not rows and not any(i.source == src and i.severity == "error" for i in report.issues):
         err(0, "no rows")
     return rows
+
+
+@dataclass
+class _Parsed:
+    example: Example
+    row: object = None  # a compound file's row (training.corpus.compound_rows)
+
+
+def _example(
+    obj: dict, n: int, src: str, labels, unlabeled: bool, compound: bool
+) -> tuple[_Parsed | None, str | None]:
+    """One parsed row as an Example, or the problem that keeps it out."""
+    if "text" not in obj:
+        return None, "missing 'text'"
+    text = obj["text"]
+    if not isinstance(text, str):
+        return None, f"'text' must be a string, got {type(text).__name__}"
+    label = obj.get("label")
+    if unlabeled:
+        # Out-of-scope rows may be whitespace or emoji only: that is what they test.
+        if label is not None:
+            return None, f"out-of-scope file rows carry no label, found {label!r}"
+        if text == "":
+            return None, "empty text"
+        return _Parsed(Example(text=text, label=label, source=src, line=n)), None
+    if not text.strip():
+        return None, "empty text"
+    if compound:
+        row, problem = parse_row(obj, n, None if labels is None else intents_of(labels))
+        if row is None:
+            return None, problem
+        second = row.labels[1] if len(row.labels) > 1 else None
+        return _Parsed(
+            Example(text=text, label=row.labels[0], source=src, line=n, secondary=second), row
+        ), None
+    if "label" not in obj or label is None:
+        return None, "missing 'label'"
+    if not isinstance(label, str):
+        return None, f"'label' must be a string, got {type(label).__name__}"
+    if labels is not None and label not in labels:
+        return None, f"unknown label {label!r} (expected one of {', '.join(labels)})"
+    problem = label_problem(label) if labels is None else None
+    if problem:
+        return None, problem
+    return _Parsed(Example(text=text, label=label, source=src, line=n)), None
 
 
 def check_files(
