@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -143,6 +142,7 @@ def speed_benchmark(
     model as the reference."""
     from eval.bench.speed import run_speed_benchmark
     from eval.readers.loader import load_unlabeled
+    from eval.reports.report_files import write_json
     from router.shipped import default_model_dir
 
     model = Path(model or default_model_dir())
@@ -191,10 +191,3 @@ def _torch_reference(model: Path, workdir: Path, report: Reporter):
             return None
         name = "setfit pytorch (read back from the graph)"
     return name, lambda: IntentModel.load(ckpt, manifest=manifest), manifest.model_id
-
-
-def write_json(result: dict, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    return path

@@ -72,7 +72,6 @@ def bench_languages(
 ) -> dict:
     """Messages in languages the model was not trained on: each request should be routed right or carry
     reason unsupported_language, never be called out of scope (eval/bench/languages.py)."""
-    import json
 
     from eval.bench.languages import OUTCOMES, run_language_check
 
@@ -89,7 +88,7 @@ def bench_languages(
     for m in result["misses"]:
         say(f"  {m['lang']} {m['label']} -> {'+'.join(m['intents']) or 'out of scope'}: {m['text']}")
     if out:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        console.print(f"wrote {out}")
+        from eval.reports.report_files import write_json
+
+        console.print(f"wrote {write_json(result, out, ensure_ascii=False)}")
     return result

@@ -34,6 +34,14 @@ def write_report(report: dict, out_dir: str | Path, plots: bool = True) -> dict[
     return paths
 
 
+def write_json(result: dict, path: str | Path, ensure_ascii: bool = True) -> Path:
+    """``result`` as indented JSON in UTF-8 at ``path``, its folder made if missing; returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2, ensure_ascii=ensure_ascii) + "\n", encoding="utf-8")
+    return path
+
+
 class ReportError(ValueError):
     """A report file cannot be read or has an unsupported schema version."""
 

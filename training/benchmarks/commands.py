@@ -84,8 +84,8 @@ def bench_examples(
 ) -> dict:
     """An intent defined by examples (no retraining) against the same intent trained as a class on the same
     rows: two builds of the project, scored on its test split."""
+    from eval.reports.report_files import write_json
     from training.benchmarks.examples_vs_classes import compare
-    from training.pipeline import write_json
 
     result = compare(project, intent, examples=examples, seed=seed, report=say)
     rows = [
@@ -111,8 +111,8 @@ def bench_project(
 ) -> dict:
     """BANKING77 grouped into seven labels of a bank's support agent, run as a user would: init, data
     check, build, eval, gate, route, serve and score, each a separate process (training/benchmarks/unseen_project.py)."""
+    from eval.reports.report_files import write_json
     from training.benchmarks.unseen_project import run_project
-    from training.pipeline import write_json
 
     if directory.exists() and any(directory.iterdir()):
         raise fail(f"{directory} is not empty: give --dir a new directory", code=2)
@@ -141,8 +141,8 @@ def bench_scope(
 ) -> dict:
     """The out-of-scope boundary on text nobody here wrote: CLINC150's side-effect intents (routed to ACTION?),
     its information intents (routed? SEARCH for live data?), its small talk and oos_test (not routed?), with the in-scope distance on and off (training/benchmarks/clinc_scope.py)."""
+    from eval.reports.report_files import write_json
     from training.benchmarks.clinc_scope import DISTANCE_CHOICES, run_scope_check
-    from training.pipeline import write_json
 
     try:
         result = run_scope_check(path, model, role, tuple(distance or DISTANCE_CHOICES), report=say)
@@ -182,8 +182,8 @@ def bench_encoders(
 ) -> dict:
     """A linear probe of frozen sentence encoders: a logistic head on each one's embeddings of the training
     rows, scored on each file (and CLINC150's scope groups), with the encode rate (training/benchmarks/encoder_probe.py)."""
+    from eval.reports.report_files import write_json
     from training.benchmarks.encoder_probe import run_probe
-    from training.pipeline import write_json
 
     files = data or [Path("data/dev.jsonl"), Path("data/test.jsonl")]
     try:
@@ -233,8 +233,8 @@ def bench_tools(
 ) -> dict:
     """Tool search on LiveMCPBench (526 tools, 95 tasks; evaluation only): Recall@1/5/10 and all needed tools
     in the top 10, for BM25, the model's embedding, both fused, and untuned encoders (training/benchmarks/livemcp.py)."""
+    from eval.reports.report_files import write_json
     from training.benchmarks.livemcp import run_livemcp
-    from training.pipeline import write_json
 
     try:
         from eval.readers.loader import load_unlabeled

@@ -105,8 +105,8 @@ def run_benchmark(
     the operating point chosen on val for ``in_scope_floor`` (training.benchmarks.seed._operating_points).
     With ``out`` the results JSON is written there after every seed (so a long run keeps its progress)
     and at the end, with ``command`` (the command line) recorded."""
+    from eval.reports.report_files import write_json
     from training.libraries import quiet_libraries
-    from training.pipeline import write_json
     from training.train_config import TrainConfig
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
