@@ -79,6 +79,27 @@ def test_the_examples_command_adds_pairs_skips_repeats_and_refuses_a_bad_file_wh
     assert registry.read_text(encoding="utf-8") == before  # nothing written
 
 
+def test_a_request_of_several_steps_is_an_example_of_each_tool_it_lists(tmp_path):
+    task = "find the onboarding deck and mail it to the new hire"
+    path = write_jsonl(
+        tmp_path / "pairs.jsonl",
+        [
+            {"text": task, "tools": ["search_documents", "send_email", "send_email"]},
+            {"text": "x", "tool": "get_ticket"},
+        ],
+    )
+    pairs = read_pairs(path, ToolRegistry(tools=TOOLS))
+    assert pairs == [(task, "search_documents"), (task, "send_email"), ("x", "get_ticket")]
+    for bad, says in (
+        ({"text": task, "tools": []}, "non-empty list"),
+        ({"text": task, "tools": "send_email"}, "non-empty list"),
+        ({"text": task, "tools": ["send_email", "launch_rocket"]}, "launch_rocket"),
+        ({"text": task, "tool": "send_email", "tools": ["send_email"]}, "each line is"),
+    ):
+        with pytest.raises(ToolRegistryError, match=says):
+            read_pairs(write_jsonl(tmp_path / "bad.jsonl", [bad]), ToolRegistry(tools=TOOLS))
+
+
 def test_a_pairs_file_that_is_not_utf8_is_refused(tmp_path):
     bad = tmp_path / "pairs.jsonl"
     bad.write_bytes(b'{"text": "caf\xe9", "tool": "send_email"}\n')

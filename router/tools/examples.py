@@ -1,9 +1,12 @@
 """(request, tool) pairs: requests each tool serves, kept in the registry as the tool's ``examples``.
 
 A pairs file is JSON Lines, ``{"text": "...", "tool": "NAME"}`` a line: requests users sent, or requests
-written from the tool descriptions. ``add_examples`` checks every line first (a tool the registry does
-not have, an empty text, a field that is not one of the two) and names the file and line of each error;
-nothing is added unless all are good. A request already among the tool's examples is skipped.
+written from the tool descriptions. A request that needs several tools (a task of several steps) is
+``{"text": "...", "tools": ["NAME", ...]}`` and becomes an example of each: a step the request does not
+name ("save the deck") is then found by the words of the tasks it serves. ``read_pairs`` checks every
+line first (a tool the registry does not have, an empty text or tool list, a field that is not one of
+the two) and names the file and line of each error; nothing is added unless all are good. A request
+already among the tool's examples is skipped.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ def read_pairs(path: str | Path, registry: ToolRegistry) -> list[tuple[str, str]
         if not raw.strip():
             continue
         try:
-            pairs.append(_pair(json.loads(raw), names))
+            pairs.extend(_pairs(json.loads(raw), names))
         except (ValueError, TypeError) as e:
             errors.append(f"{path}:{n}: {e}")
     if errors:
@@ -38,17 +41,24 @@ def read_pairs(path: str | Path, registry: ToolRegistry) -> list[tuple[str, str]
     return pairs
 
 
-def _pair(obj, names) -> tuple[str, str]:
-    if not isinstance(obj, dict) or set(obj) != {"text", "tool"}:
-        raise ValueError('each line is {"text": REQUEST, "tool": NAME}')
-    text, tool = obj["text"], obj["tool"]
+def _pairs(obj, names) -> list[tuple[str, str]]:
+    """A line's (text, tool) pairs: one, or one per tool of a ``tools`` list."""
+    if not isinstance(obj, dict) or set(obj) not in ({"text", "tool"}, {"text", "tools"}):
+        raise ValueError(
+            'each line is {"text": REQUEST, "tool": NAME} or {"text": REQUEST, "tools": [NAME, ...]}'
+        )
+    text = obj["text"]
     if not isinstance(text, str) or not text.strip():
         raise ValueError("text: a non-empty request")
     if len(text) > MAX_EXAMPLE_CHARS:
         raise ValueError(f"text: {len(text)} characters, more than {MAX_EXAMPLE_CHARS}")
-    if not isinstance(tool, str) or tool not in names:
-        raise ValueError(f"tool {tool!r} is not in the registry")
-    return text.strip(), tool
+    tools = [obj["tool"]] if "tool" in obj else obj["tools"]
+    if not isinstance(tools, list) or not tools:
+        raise ValueError("tools: a non-empty list of tool names")
+    for tool in tools:
+        if not isinstance(tool, str) or tool not in names:
+            raise ValueError(f"tool {tool!r} is not in the registry")
+    return [(text.strip(), tool) for tool in dict.fromkeys(tools)]
 
 
 def add_examples(registry: ToolRegistry, pairs: list[tuple[str, str]]) -> tuple[ToolRegistry, int]:

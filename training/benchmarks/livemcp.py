@@ -5,8 +5,9 @@ annotators listed the tools each needs, read from the installed PyPI package
 Each server's tools become a registry (router.tools.registry: a tool is ``server:name``, its skill the
 server, its arguments the listed parameters), the servers' summaries their skills' descriptions, and each
 task's question is a query. A task's needed tools are the annotated names; a name that several servers use
-counts as found when any of them is. ``pairs`` (data/tools/livemcpbench_pairs.jsonl: requests written from
-the tool descriptions alone, never from the tasks) become the tools' examples. Methods:
+counts as found when any of them is. ``pairs`` (files of requests written from the tool descriptions alone,
+never from the tasks: data/tools/livemcpbench_pairs.jsonl, a request for one tool, and
+livemcpbench_tasks.jsonl, tasks of several steps with every tool each needs) become the tools' examples. Methods:
 
 - ``bm25``: router.tools.search's lexical ranking of the tools' own words, zero-shot;
 - ``bm25+servers``: with the servers' summaries;
@@ -128,7 +129,7 @@ def run_livemcp(
     model: str | Path | None,
     encoders: Sequence[str],
     report: Reporter = print,
-    pairs: str | Path | None = None,
+    pairs: Sequence[str | Path] = (),
     speed: tuple[int, Sequence[str]] | None = None,
 ) -> dict:
     """Every method on LiveMCPBench: the figures of ``scores`` per method; with ``speed`` (a number of tools
@@ -139,11 +140,13 @@ def run_livemcp(
 
     root = package_root(path)
     bare, tasks = load(root)
-    registry = add_examples(bare, read_pairs(pairs, bare))[0] if pairs is not None else bare
+    registry = bare
+    for file in pairs:
+        registry = add_examples(registry, read_pairs(file, bare))[0]
     summaries = server_summaries(root)
     report(
         f"LiveMCPBench: {len(registry.tools)} tools, {len(tasks)} tasks"
-        + (f", examples from {pairs}" if pairs else "")
+        + (f", examples from {', '.join(map(str, pairs))}" if pairs else "")
     )
     timing = None
     if speed is not None:  # first, before an encoder's torch threads share the cores
@@ -152,7 +155,7 @@ def run_livemcp(
         timing = tool_speed(copies(registry, speed[0]), model or default_model_dir(), speed[1], report=report)
     questions = [q for q, _ in tasks]
     clf = Classifier(model or default_model_dir())
-    methods = _methods(bare, registry if pairs is not None else None, summaries, questions, clf.embed)
+    methods = _methods(bare, registry if pairs else None, summaries, questions, clf.embed)
     query_ms = {}
     for name in encoders:
         label, found, query_ms[label] = _encoder_methods(name, registry, summaries, questions, max(KS))
