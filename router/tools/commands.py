@@ -87,7 +87,11 @@ def tools_search(
 @tools_app.command("examples")
 @command()
 def tools_examples(
-    pairs: Path = typer.Argument(..., help='(request, tool) pairs, JSON Lines: {"text": ..., "tool": ...}.'),
+    pairs: Path = typer.Argument(
+        ...,
+        help='(request, tool) pairs, JSON Lines: {"text": ..., "tool": ...}, or {"text": ..., "tools": [...]} '
+        "for a request that needs several (an example of each).",
+    ),
     registry: Registry = Path("tools.yaml"),
 ) -> None:
     """Add each pair's request to its tool's examples, which tool search reads beside the description;
