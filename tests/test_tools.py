@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from router.tools.importers import import_tools
 from router.tools.registry import Tool, ToolRegistry, ToolRegistryError
-from router.tools.search import BM25, ToolIndex, rrf, words
+from router.tools.search import BM25, ToolIndex, best_per_tool, rrf, words
 from tests.conftest import SHIPPED
 
 WEATHER = {
@@ -150,6 +150,34 @@ def test_bm25_and_reciprocal_rank():
     s = bm.scores(["email"])
     assert s[1] == 0 and s[2] > s[0] > 0  # more occurrences score higher, saturating
     assert list(rrf(np.array([0.1, 0.9, 0.5]))) == pytest.approx([1 / 63, 1 / 61, 1 / 62])
+
+
+def test_a_tools_examples_add_their_best_three_scores():
+    owner = np.array([0, 0, 0, 0, 1, 1])
+    scores = np.array([1.0, 4.0, 0.0, 3.0, 2.0, 0.5])
+    assert list(best_per_tool(scores, owner, 3, 3)) == [8.0, 2.5, 0.0]  # tool 2 has no examples
+    assert list(best_per_tool(scores, owner, 3, 1)) == [4.0, 2.0, 0.0]
+    assert list(best_per_tool(np.zeros(6), owner, 3, 3)) == [0.0, 0.0, 0.0]
+
+
+def test_many_examples_neither_dilute_nor_outvote_the_one_that_matches(tmp_path):
+    def embed(texts):  # a word-count embedding over three words: cosine is word overlap
+        return np.array([[t.count(w) for w in ("alpha", "beta", "gamma")] + [1e-3] for t in texts], float)
+
+    rare = Tool(
+        name="rare", description="gamma", skill="s", examples=["beta", "beta two", "beta three", "alpha"]
+    )
+    plain = Tool(name="plain", description="alpha gamma", skill="s")
+    chatty = Tool(
+        name="chatty", description="other", skill="s", examples=[f"alpha beta {i}" for i in range(9)]
+    )
+    index = ToolIndex(ToolRegistry(tools=[rare, plain, chatty]), embed, cache_dir=tmp_path)
+    dense = index.dense(embed(["alpha"])[0])
+    assert np.argmax(dense) == 0 and dense[0] == pytest.approx(1.0)  # the nearest example, not the mean
+    lexical = index.lexical("alpha")
+    assert lexical[2] < 3 * max(index.example_bm25.scores(["alpha"]))  # nine matching examples count as three
+    (cached,) = tmp_path.glob("tool-embeddings-*.npy")
+    assert np.load(cached).shape[0] == 3 + 4 + 9  # the tools' rows, then their examples'
 
 
 def test_search_fuses_words_and_the_models_embedding_and_keeps_to_allowed_tools(tmp_path):

@@ -3,12 +3,15 @@
 - *Lexical*: BM25 (k1 1.5, b 0.75) over each tool's words: its name split at ``_``, ``-``, ``.`` and case
   changes, its description, its arguments' names and descriptions, and its skill's description (the
   router config's ``purpose`` and ``use_when``, or an MCP server's summary). A tool's ``examples`` (requests
-  it serves) are a second field, scored by BM25 of their own and added: written in users' words, they
-  match requests that share no word with the description.
-- *Dense*: the cosine similarity of the request's sentence embedding and each tool's, from the router's
-  own graph (``Classifier.embed``), so a request costs no second model. A tool's embedding is that of its
-  words plus the mean of its examples'. They are computed once, when the index is built, and kept in
-  ``cache_dir`` under the registry's digest and the model id.
+  it serves) are documents of their own, scored by a second BM25; the tool adds the sum of its three best
+  examples' scores. Written in users' words, examples match requests that share no word with the
+  description, and a task of several steps, an example of each tool it needs, finds the steps it does not
+  name; summing the best few rather than one long field keeps a tool with many examples from being
+  diluted or favoured by their number.
+- *Dense*: the cosine similarity of the request's sentence embedding and each tool's, the better of two: the
+  tool's embedding (its words' plus the mean of its examples') and its nearest example's. The embedder is
+  an exported sentence encoder or the router's own graph (``Classifier.embed``). Embeddings are computed
+  once, when the index is built, and kept in ``cache_dir`` under the registry's digest and the model id.
 - The two rankings are fused by reciprocal rank (each tool scores ``1 / (60 + rank)`` in each), which needs
   no scale shared by the two scores.
 
@@ -29,6 +32,7 @@ import numpy as np
 from router.tools.registry import Tool, ToolRegistry
 
 RRF_K = 60
+BEST_EXAMPLES = 3  # a tool's lexical score adds its best few examples' scores
 WORD = re.compile(r"[a-z0-9]+")
 CASE = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
@@ -53,9 +57,7 @@ def tool_text(tool: Tool, skill_text: str = "") -> str:
 class BM25:
     """Okapi BM25 over tokenised documents, kept as postings: for each word, the documents holding it and
     the word's weight in each, computed once. A query costs one weighted count over its known words'
-    postings, and memory grows with the words of the documents, not with documents times vocabulary.
-    ``summed`` joins fields of the same documents (a tool's words and its examples) into one index whose
-    scores are the fields' sum."""
+    postings, and memory grows with the words of the documents, not with documents times vocabulary."""
 
     def __init__(self, docs: Sequence[list[str]], k1: float = 1.5, b: float = 0.75) -> None:
         index: dict[str, int] = {}
@@ -89,27 +91,6 @@ class BM25:
             for w, i in index.items()
         }
 
-    @classmethod
-    def summed(cls, parts: Sequence[BM25]) -> BM25:
-        """One index of the same documents whose scores are the sum of ``parts``' scores."""
-        index: dict[str, int] = {}
-        words_, docs, weights = [], [], []
-        for part in parts:
-            ids = np.array(
-                [index.setdefault(w, len(index)) for w in part.index], dtype=np.int64
-            )  # in id order
-            words_.append(np.repeat(ids, np.diff(part.starts)))
-            docs.append(part.docs)
-            weights.append(part.weights)
-        w, d, x = np.concatenate(words_), np.concatenate(docs), np.concatenate(weights)
-        key = w * max(parts[0].n, 1) + d
-        unique, first = np.unique(key, return_index=True)
-        order = np.argsort(key, kind="stable")
-        sums = np.add.reduceat(x[order], np.searchsorted(key[order], unique)) if len(key) else x
-        out = cls.__new__(cls)
-        out._keep(parts[0].n, index, w[first], d[first], sums)
-        return out
-
     def scores(self, query: list[str]) -> np.ndarray:
         spans = [
             (self.starts[i], self.starts[i + 1]) for i in {self.index[w] for w in query if w in self.index}
@@ -134,6 +115,42 @@ class Hit:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
+@dataclass(frozen=True)
+class Owners:
+    """Which tool each example belongs to, sorted so that a tool's examples are one block, and the first
+    ``m`` places of each block: after a sort by tool and then by score, the places of its ``m`` best."""
+
+    n: int
+    owner: np.ndarray
+    top: np.ndarray
+    top_owner: np.ndarray
+
+    @classmethod
+    def of(cls, owner: np.ndarray, n: int, m: int = BEST_EXAMPLES) -> Owners:
+        owner = np.asarray(owner, dtype=np.int64)
+        top = np.flatnonzero(np.arange(len(owner)) - np.searchsorted(owner, owner) < m)
+        return cls(n=n, owner=owner, top=top, top_owner=owner[top])
+
+    def best(self, scores: np.ndarray) -> np.ndarray:
+        """Each tool's sum of its examples' ``m`` best scores (0 for a tool with none): one sort, whose
+        key keeps every block in its place and orders it best first."""
+        if not len(self.owner):
+            return np.zeros(self.n)
+        key = self.owner - scores / (float(scores.max()) + 1.0)  # block j's keys lie in (j - 1, j]
+        ranked = scores[np.argsort(key)]
+        return np.bincount(self.top_owner, weights=ranked[self.top], minlength=self.n)
+
+
+@dataclass(frozen=True)
+class Subset:
+    """Tools of an index by position, their examples' positions, and their examples' ``Owners`` (each
+    example's tool by its place in ``places``)."""
+
+    places: np.ndarray
+    examples: np.ndarray
+    owners: Owners
+
+
 class ToolIndex:
     """A registry ready to search: BM25 over its tools' words and, with ``embed``, their embeddings."""
 
@@ -149,45 +166,80 @@ class ToolIndex:
         skill_texts = dict(skill_texts or {})
         texts = [tool_text(t, skill_texts.get(t.skill, "")) for t in self.tools]
         self.bm25 = BM25([words(t) for t in texts])
-        examples = [words(" ".join(t.examples)) for t in self.tools]
-        self.lexical_index = BM25.summed([self.bm25, BM25(examples)]) if any(examples) else self.bm25
+        examples = [e for t in self.tools for e in t.examples]
+        # the tool each example belongs to, by position in self.tools
+        self.example_of = np.array([i for i, t in enumerate(self.tools) for _ in t.examples], dtype=np.int64)
+        self.example_bm25 = BM25([words(e) for e in examples]) if examples else None
+        self.owners = Owners.of(self.example_of, len(self.tools))
         self.embed = embed
-        self.embeddings = None
+        self.embeddings = self.example_embeddings = None
         if embed is not None:
-            self.embeddings = self._embeddings(texts, cache_dir, f"{model_id}-{_digest(skill_texts)}")
+            both = self._embeddings(texts, examples, cache_dir, f"{model_id}-{_digest(skill_texts)}")
+            self.embeddings, self.example_embeddings = both[: len(texts)], both[len(texts) :]
 
-    def lexical(self, query: str) -> np.ndarray:
-        """Every tool's BM25 score for ``query``: its words and its skill's description, plus its examples'
-        when it has any."""
-        return self.lexical_index.scores(words(query))
+    def lexical(self, query: str, among: Subset | None = None) -> np.ndarray:
+        """Every tool's BM25 score for ``query`` (or, with ``among``, those of its tools, in its order): its
+        words and its skill's description, plus the sum of its ``BEST_EXAMPLES`` best examples' scores."""
+        q = words(query)
+        scores = self.bm25.scores(q)
+        if among is not None:
+            scores = scores[among.places]
+        if self.example_bm25 is None:
+            return scores
+        examples, owners = self.example_bm25.scores(q), self.owners
+        if among is not None:
+            examples, owners = examples[among.examples], among.owners
+        return scores + owners.best(examples)
 
-    def _embeddings(self, texts: list[str], cache_dir, model_id: str) -> np.ndarray:
+    def subset(self, places: np.ndarray) -> Subset:
+        """Some of the tools (positions in ``self.tools``), with their examples, for ``lexical``: a caller
+        that scores the same few tools often (a role's candidates) builds it once."""
+        places = np.asarray(places, dtype=np.int64)
+        counts = np.bincount(self.example_of, minlength=len(self.tools))
+        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        examples = [np.arange(starts[p], starts[p] + counts[p]) for p in places]
+        return Subset(
+            places=places,
+            examples=np.concatenate(examples) if examples else np.zeros(0, dtype=np.int64),
+            owners=Owners.of(np.repeat(np.arange(len(places)), counts[places]), len(places)),
+        )
+
+    def dense(self, query_embedding) -> np.ndarray:
+        """Every tool's cosine similarity to the query: the better of the tool's embedding and its nearest
+        example."""
+        q = normalised(np.asarray(query_embedding, dtype=np.float32)[None])[0]
+        scores = self.embeddings @ q
+        if len(self.example_of):
+            np.maximum.at(scores, self.example_of, self.example_embeddings @ q)
+        return scores
+
+    def _embeddings(self, texts: list[str], examples: list[str], cache_dir, model_id: str) -> np.ndarray:
+        """The tools' embeddings and then their examples', one row each, read from or kept in the cache."""
         path = None
         if cache_dir is not None:
             key = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{self.registry.digest}-{model_id}")
             path = Path(cache_dir) / f"tool-embeddings-{key}.npy"
             if path.is_file():
                 cached = np.load(path)
-                if cached.shape[0] == len(texts):
+                if cached.shape[0] == len(texts) + len(examples):
                     return cached
-        emb = self._embed_tools(texts) if texts else np.zeros((0, 1), dtype=np.float32)
+        emb = self._embed_tools(texts, examples) if texts else np.zeros((0, 1), dtype=np.float32)
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             np.save(path, emb)
         return emb
 
-    def _embed_tools(self, texts: list[str]) -> np.ndarray:
-        """Each tool's words embedded, plus the mean of its examples' embeddings, normalised."""
-        emb = normalised(self.embed(texts))
-        examples = [e for t in self.tools for e in t.examples]
-        if examples:
-            ex = normalised(self.embed(examples))
-            start = 0
-            for i, t in enumerate(self.tools):
-                if t.examples:
-                    emb[i] += ex[start : start + len(t.examples)].mean(axis=0)
-                    start += len(t.examples)
-        return normalised(emb)
+    def _embed_tools(self, texts: list[str], examples: list[str]) -> np.ndarray:
+        """Each tool's words embedded plus the mean of its examples' embeddings, normalised; then each
+        example's embedding."""
+        tools = normalised(self.embed(texts))
+        if not examples:
+            return tools
+        ex = normalised(self.embed(examples))
+        sums = np.zeros_like(tools)
+        np.add.at(sums, self.example_of, ex)
+        counts = np.bincount(self.example_of, minlength=len(texts))[:, None]
+        return np.concatenate([normalised(tools + sums / np.maximum(counts, 1)), ex])
 
     def search(
         self, query: str, k: int = 5, allowed: Collection[str] | None = None, query_embedding=None
@@ -201,7 +253,7 @@ class ToolIndex:
         dense = None
         if self.embeddings is not None:
             q = query_embedding if query_embedding is not None else self.embed([query])[0]
-            dense = self.embeddings[keep] @ normalised(np.asarray(q, dtype=np.float32)[None])[0]
+            dense = self.dense(q)[keep]
             fused = fused + rrf(dense)
         order = np.argsort(-fused, kind="stable")[:k]
         if dense is None:  # with BM25 alone, a tool with no word in common with the query is no hit
@@ -217,6 +269,12 @@ class ToolIndex:
             )
             for j in order
         ]
+
+
+def best_per_tool(scores: np.ndarray, owner: np.ndarray, n: int, m: int) -> np.ndarray:
+    """For each of ``n`` tools, the sum of the ``m`` highest ``scores`` of the examples it owns (``owner``:
+    each example's tool, sorted)."""
+    return Owners.of(owner, n, m).best(scores)
 
 
 def rrf(scores: np.ndarray) -> np.ndarray:

@@ -27,7 +27,7 @@ import numpy as np
 from router.config import RouterConfig
 from router.decision import Decision, ToolPick, ToolSelection, TraceStep
 from router.tools.registry import CACHE_DIR, Tool, ToolRegistry
-from router.tools.search import Hit, ToolIndex, skill_texts
+from router.tools.search import Hit, Subset, ToolIndex, skill_texts
 
 CHARS_PER_TOKEN = 4
 MAX_CACHED_SETS = 4096  # (role, granted skills) pairs whose candidates are kept
@@ -111,14 +111,14 @@ class ToolStage:
                 allowed = self._usable[role] = self.usable(role)
         return self.index.search(query, k, allowed=allowed)
 
-    def _candidate_set(self, role: str, skills: list[str]) -> tuple[list[Tool], np.ndarray, int]:
-        """The candidates of ``role`` and ``skills``, their places in the index and their definitions'
-        tokens, computed once per pair (a config reload builds a new stage)."""
+    def _candidate_set(self, role: str, skills: list[str]) -> tuple[list[Tool], Subset, int]:
+        """The candidates of ``role`` and ``skills``, their places (with their examples') in the index and
+        their definitions' tokens, computed once per pair (a config reload builds a new stage)."""
         key = (role, tuple(skills))
         found = self._candidates.get(key)
         if found is None:
             tools = self.candidates(role, skills)
-            places = np.array([self.place[t.name] for t in tools], dtype=np.int64)
+            places = self.index.subset(np.array([self.place[t.name] for t in tools], dtype=np.int64))
             found = (tools, places, sum(self.tokens[t.name] for t in tools))
             if len(self._candidates) < MAX_CACHED_SETS:
                 self._candidates[key] = found
@@ -131,7 +131,7 @@ class ToolStage:
         tools, places, every = self._candidate_set(decision.role, decision.skills.all)
         if not tools:
             return ToolSelection(none_applies=True, candidates=0, tokens_loaded=0, tokens_saved=0)
-        scores = self.index.lexical(message)[places]
+        scores = self.index.lexical(message, among=places)
         picks, loaded = [], 0
         for j in np.argsort(-scores, kind="stable"):
             score = round(float(scores[j]), 4)

@@ -205,7 +205,7 @@ def _dense_and_fused(
         [h.name for h in index.search(q, k, query_embedding=e)]
         for q, e in zip(questions, queries, strict=True)
     ]
-    return _dense(index.embeddings, queries, registry, k), fused
+    return _dense(index, queries, k), fused
 
 
 def _ranked(index: ToolIndex, questions: list[str], k: int) -> list[list[str]]:
@@ -218,9 +218,9 @@ def _saved(ranked: Sequence[list[str]], tokens: dict[str, int]) -> float:
     return round(float(np.mean([1 - sum(tokens[n] for n in names[:5]) / every for names in ranked])), 4)
 
 
-def _dense(tool_emb: np.ndarray, queries: np.ndarray, registry: ToolRegistry, k: int) -> list[list[str]]:
-    names = [t.name for t in registry.tools]
-    return [[names[i] for i in np.argsort(-(tool_emb @ q), kind="stable")[:k]] for q in queries]
+def _dense(index: ToolIndex, queries: np.ndarray, k: int) -> list[list[str]]:
+    names = [t.name for t in index.tools]
+    return [[names[i] for i in np.argsort(-index.dense(q), kind="stable")[:k]] for q in queries]
 
 
 def _encoder_methods(
