@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from router.tools.importers import import_tools
 from router.tools.registry import Tool, ToolRegistry, ToolRegistryError
-from router.tools.search import BM25, ToolIndex, best_per_tool, rrf, words
+from router.tools.search import BM25, Owners, ToolIndex, rrf, words
 from tests.conftest import SHIPPED
 
 WEATHER = {
@@ -155,9 +155,10 @@ def test_bm25_and_reciprocal_rank():
 def test_a_tools_examples_add_their_best_three_scores():
     owner = np.array([0, 0, 0, 0, 1, 1])
     scores = np.array([1.0, 4.0, 0.0, 3.0, 2.0, 0.5])
-    assert list(best_per_tool(scores, owner, 3, 3)) == [8.0, 2.5, 0.0]  # tool 2 has no examples
-    assert list(best_per_tool(scores, owner, 3, 1)) == [4.0, 2.0, 0.0]
-    assert list(best_per_tool(np.zeros(6), owner, 3, 3)) == [0.0, 0.0, 0.0]
+    assert list(Owners.of(owner, 3, 3).best(scores)) == [8.0, 2.5, 0.0]  # tool 2 has no examples
+    assert list(Owners.of(owner, 3, 1).best(scores)) == [4.0, 2.0, 0.0]
+    assert list(Owners.of(owner, 3, 3).best(np.zeros(6))) == [0.0, 0.0, 0.0]
+    assert list(Owners.of(np.zeros(0, dtype=np.int64), 2).best(np.zeros(0))) == [0.0, 0.0]
 
 
 def test_many_examples_neither_dilute_nor_outvote_the_one_that_matches(tmp_path):

@@ -132,8 +132,8 @@ class Owners:
         return cls(n=n, owner=owner, top=top, top_owner=owner[top])
 
     def best(self, scores: np.ndarray) -> np.ndarray:
-        """Each tool's sum of its examples' ``m`` best scores (0 for a tool with none): one sort, whose
-        key keeps every block in its place and orders it best first."""
+        """Each tool's sum of its examples' ``m`` best scores (non-negative, as BM25's are; 0 for a tool
+        with none): one sort, whose key keeps every block in its place and orders it best first."""
         if not len(self.owner):
             return np.zeros(self.n)
         key = self.owner - scores / (float(scores.max()) + 1.0)  # block j's keys lie in (j - 1, j]
@@ -269,12 +269,6 @@ class ToolIndex:
             )
             for j in order
         ]
-
-
-def best_per_tool(scores: np.ndarray, owner: np.ndarray, n: int, m: int) -> np.ndarray:
-    """For each of ``n`` tools, the sum of the ``m`` highest ``scores`` of the examples it owns (``owner``:
-    each example's tool, sorted)."""
-    return Owners.of(owner, n, m).best(scores)
 
 
 def rrf(scores: np.ndarray) -> np.ndarray:

@@ -118,8 +118,8 @@ class ToolStage:
         found = self._candidates.get(key)
         if found is None:
             tools = self.candidates(role, skills)
-            places = self.index.subset(np.array([self.place[t.name] for t in tools], dtype=np.int64))
-            found = (tools, places, sum(self.tokens[t.name] for t in tools))
+            subset = self.index.subset(np.array([self.place[t.name] for t in tools], dtype=np.int64))
+            found = (tools, subset, sum(self.tokens[t.name] for t in tools))
             if len(self._candidates) < MAX_CACHED_SETS:
                 self._candidates[key] = found
         return found
@@ -128,10 +128,10 @@ class ToolStage:
         """The tools for ``message``, among the candidates of the Decision's granted skills: a BM25 score
         for every tool, then the best candidates in order until k are picked or the floor is reached."""
         spec = self.config.tool_search
-        tools, places, every = self._candidate_set(decision.role, decision.skills.all)
+        tools, subset, every = self._candidate_set(decision.role, decision.skills.all)
         if not tools:
             return ToolSelection(none_applies=True, candidates=0, tokens_loaded=0, tokens_saved=0)
-        scores = self.index.lexical(message, among=places)
+        scores = self.index.lexical(message, among=subset)
         picks, loaded = [], 0
         for j in np.argsort(-scores, kind="stable"):
             score = round(float(scores[j]), 4)
