@@ -169,6 +169,7 @@ class ToolIndex:
         examples = [e for t in self.tools for e in t.examples]
         # the tool each example belongs to, by position in self.tools
         self.example_of = np.array([i for i, t in enumerate(self.tools) for _ in t.examples], dtype=np.int64)
+        self.example_counts = np.array([len(t.examples) for t in self.tools], dtype=np.int64)
         self.example_bm25 = BM25([words(e) for e in examples]) if examples else None
         self.owners = Owners.of(self.example_of, len(self.tools))
         self.embed = embed
@@ -195,8 +196,8 @@ class ToolIndex:
         """Some of the tools (positions in ``self.tools``), with their examples, for ``lexical``: a caller
         that scores the same few tools often (a role's candidates) builds it once."""
         places = np.asarray(places, dtype=np.int64)
-        counts = np.bincount(self.example_of, minlength=len(self.tools))
-        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        counts = self.example_counts
+        starts = np.cumsum(counts) - counts
         examples = [np.arange(starts[p], starts[p] + counts[p]) for p in places]
         return Subset(
             places=places,
@@ -238,8 +239,8 @@ class ToolIndex:
         ex = normalised(self.embed(examples))
         sums = np.zeros_like(tools)
         np.add.at(sums, self.example_of, ex)
-        counts = np.bincount(self.example_of, minlength=len(texts))[:, None]
-        return np.concatenate([normalised(tools + sums / np.maximum(counts, 1)), ex])
+        counts = np.maximum(self.example_counts, 1)[:, None]
+        return np.concatenate([normalised(tools + sums / counts), ex])
 
     def search(
         self, query: str, k: int = 5, allowed: Collection[str] | None = None, query_embedding=None
