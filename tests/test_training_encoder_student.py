@@ -63,7 +63,7 @@ def test_the_maps_start_is_fitted_on_a_seeded_sample_of_whole_batches(tmp_path, 
     assert torch.equal(linear.weight, again.weight)
     assert [t.shape for t in target] == [(8, 16)] * 5  # every batch keeps its targets
     with torch.no_grad():
-        first = encoder._embed(student, texts)
+        first = encoder.embed_texts(student, texts)
         errors = ((first @ linear.weight.T - targets) ** 2).sum(1)
     # 16 texts and 128 weights a target dimension: the sample's rows are fitted exactly, the others not
     exact = {int(i) for i in torch.nonzero(errors < 1e-3).flatten()}

@@ -191,6 +191,26 @@ class TrainConfig(BaseModel):
         ge=0,
         description="Weight of the teacher's decision (its head's probabilities, KL) as a target (0: off).",
     )
+    label_files: list[Path] = Field(
+        default_factory=list,
+        description="More labelled single-intent rows that train the label phase and the heads (counted "
+        "heads_only_weight times in the softmax head, as heads_only_file's rows) but neither the contrastive "
+        "phase nor the distillation, so a teacher's stored targets need not cover them.",
+    )
+    label_epochs: int = Field(
+        0,
+        ge=0,
+        description="Epochs of the label phase after the body's training (0: none): the body learns the "
+        "labels of every single-intent row through a linear head (cross-entropy), held near its own "
+        "embeddings from before the phase (training.distil.labels).",
+    )
+    label_learning_rate: float = Field(2e-5, gt=0, description="The body's learning rate in the label phase.")
+    label_anchor_weight: float = Field(
+        1.0,
+        ge=0,
+        description="Weight of the label phase's anchor: the cosine distance of each row's embedding from "
+        "the one the body gave it before the phase.",
+    )
     # Weak L2: the temperature fitted on dev absorbs the sharper logits; C = 16 had the best dev accuracy
     # among 0.25-16.
     head_c: float = Field(16.0, gt=0, description="Inverse L2 strength of the logistic head.")

@@ -23,7 +23,7 @@ def model_labels(cfg: TrainConfig) -> list[str]:
 def check_build_files(cfg: TrainConfig) -> list[str]:
     """Raise (naming the file) on the first file or router config that does not fit; return the labels."""
     labels = model_labels(cfg)
-    single = [cfg.dev_file, cfg.test_file, *cfg.more_train_files, *cfg.heads_only_files]
+    single = [cfg.dev_file, cfg.test_file, *cfg.more_train_files, *cfg.heads_only_files, *cfg.label_files]
     compound = [
         cfg.compound_train_file,
         *cfg.more_compound_train_files,

@@ -44,7 +44,7 @@ def teacher_embeddings(teacher, texts: Sequence[str], batch_size: int = 32):
     out = [None] * len(texts)
     with torch.no_grad():
         for batch in length_batches(teacher.tokenizer, texts, batch_size):
-            for i, row in zip(batch, _embed(teacher, [texts[i] for i in batch]), strict=True):
+            for i, row in zip(batch, embed_texts(teacher, [texts[i] for i in batch]), strict=True):
                 out[i] = row
     return torch.stack(out) if out else torch.zeros(0)
 
@@ -132,7 +132,7 @@ def _start(student, texts: list[str], batches, targets, seed: int, report: Repor
     while sum(len(batches[b]) for b in sample) > MAP_FIT_TEXTS and len(sample) > 1:
         sample.pop()
     with torch.no_grad():
-        first = torch.cat([_embed(student, [texts[i] for i in batches[b]]) for b in sample])
+        first = torch.cat([embed_texts(student, [texts[i] for i in batches[b]]) for b in sample])
     report(
         f"distilling {len(texts)} texts ({target[0].shape[1]} dimensions in the teacher; the student has "
         f"{first.shape[1]}; the map starts from {first.shape[0]} of them)"
@@ -225,7 +225,7 @@ def clause_batches(student, texts: Sequence[str], batches: Sequence[Sequence[int
     return out
 
 
-def _embed(body, texts: Sequence[str]):
+def embed_texts(body, texts: Sequence[str]):
     """Normalised sentence embeddings of ``texts`` by a sentence-transformers body, as float32."""
     import torch
 

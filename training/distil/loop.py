@@ -40,13 +40,15 @@ def train_epochs(
     started: float,
     report: Reporter,
     show_progress: bool,
+    name: str = "distillation",
 ) -> None:
     """Train ``student`` (a sentence-transformers body) for ``epochs`` passes over ``batches`` batches.
     ``step(b)`` computes batch b's loss and returns it with its parts (name -> value, the names in the
     order the epoch lines show them); this loop takes the optimiser step. ``freeze_embeddings`` keeps the
     student's token embedding table fixed; ``dropout`` off trains in eval mode; ``more_params`` are more
     AdamW parameter groups, each with its own ``lr``. ``started`` is when the distillation began
-    (``time.perf_counter()``), for the epoch lines. The student is left in eval mode."""
+    (``time.perf_counter()``), for the epoch lines, which ``name`` the phase. The student is left in eval
+    mode."""
     import torch
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -62,7 +64,7 @@ def train_epochs(
     rng = random.Random(seed)
     student.train(dropout)
     with Progress(
-        TextColumn("distillation"),
+        TextColumn(name),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
@@ -75,18 +77,16 @@ def train_epochs(
             totals: dict[str, float] = {}
             for b in ids:
                 loss, parts = step(b)
-                for name, value in parts.items():
-                    totals[name] = totals.get(name, 0.0) + value
+                for part, value in parts.items():
+                    totals[part] = totals.get(part, 0.0) + value
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
                 sched.step()
                 progress.advance(task)
             if not progress.console.is_terminal or not show_progress:
-                means = ", ".join(f"{name} {total / len(ids):.4f}" for name, total in totals.items())
-                report(
-                    f"distillation epoch {epoch + 1}/{epochs}: {means} ({time.perf_counter() - started:.0f}s)"
-                )
+                means = ", ".join(f"{part} {total / len(ids):.4f}" for part, total in totals.items())
+                report(f"{name} epoch {epoch + 1}/{epochs}: {means} ({time.perf_counter() - started:.0f}s)")
     student.eval()
     embeddings.requires_grad_(True)
 

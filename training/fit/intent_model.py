@@ -30,6 +30,7 @@ from training.fit.phases import (
     contrastive_phase,
     distil_encoder_phase,
     distil_phase,
+    label_phase,
     training_arguments,
 )
 from training.libraries import quiet_libraries
@@ -82,6 +83,7 @@ class IntentModel(CompoundReading):
         secondary: Sequence[str | None] | None = None,
         body: Sequence[bool] | None = None,
         head_repeats: Sequence[int] | None = None,
+        distilled: Sequence[bool] | None = None,
     ) -> IntentModel:
         """Contrastive body fine-tuning, then the logistic head, with the config's hyperparameters (its
         file fields are not read). The temperature is reset to 1; ``calibrate`` fits it.
@@ -90,19 +92,27 @@ class IntentModel(CompoundReading):
         the softmax head learn from the single-intent rows (the body only from those ``body`` marks, when
         given: the config's ``heads_only_file`` rows train the heads alone; ``head_repeats`` counts each row
         that many times in the softmax head, default once); every row trains the compound head
-        (training.fit.compound_head). Tried and dropped: compound rows as pair classes in the contrastive
+        (training.fit.compound_head). ``distilled`` marks the rows whose texts a distillation learns
+        (default: all; the config's ``label_files`` rows have no teacher's targets); the label phase
+        (``label_epochs``) learns from every single-intent row. Tried and dropped: compound rows as pair classes in the contrastive
         phase, and as their primary in the softmax head (single-intent accuracy fell, compound recall
         did not rise)."""
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         texts, labels = list(texts), list(labels)
         secondary, body, repeats = _row_marks(texts, labels, secondary, body, head_repeats)
+        distilled = list(distilled) if distilled is not None else [True] * len(texts)
+        if len(distilled) != len(texts):
+            raise ValueError(f"{len(texts)} texts but {len(distilled)} distillation marks")
         labels_in_data = sorted(set(labels))
         if len(labels_in_data) < 2:
             raise ValueError(f"need at least two labels to train, found {labels_in_data}")
         single = [i for i, s in enumerate(secondary) if s is None]
         model, head_params = base_model(self.config, labels_in_data, report)
         body_seconds, distil_seconds = self._train_body(
-            model, texts, labels, single, body, head_params, report, show_progress
+            model, texts, labels, single, body, head_params, report, show_progress, distilled
+        )
+        label_seconds = label_phase(
+            model, self.config, texts, labels, single, head_params, report, show_progress
         )
         head_rows = [i for i in single for _ in range(repeats[i])]
         t0 = time.perf_counter()
@@ -114,15 +124,29 @@ class IntentModel(CompoundReading):
             self._fit_distance_and_compound(texts, labels, secondary, labels_in_data, report)
         finally:
             self._fitting = None
-        self.fit_seconds = {"contrastive": body_seconds, "distil": distil_seconds, "head": head_seconds}
+        self.fit_seconds = {
+            "contrastive": body_seconds,
+            "distil": distil_seconds,
+            "labels": label_seconds,
+            "head": head_seconds,
+        }
         return self
 
     def _train_body(
-        self, model, texts, labels, single, body, head_params, report: Reporter, show_progress: bool
+        self,
+        model,
+        texts,
+        labels,
+        single,
+        body,
+        head_params,
+        report: Reporter,
+        show_progress: bool,
+        distilled,
     ) -> tuple[float, float]:
         """The body's training: the contrastive phase on the single-intent rows ``body`` marks, then, when
-        the config names one, distillation from a teacher (its layers, its encoder or its stored targets).
-        Returns the seconds of each."""
+        the config names one, distillation from a teacher (its layers, its encoder or its stored targets)
+        on the rows ``distilled`` marks. Returns the seconds of each."""
         from datasets import Dataset
 
         config = self.config
@@ -148,7 +172,8 @@ class IntentModel(CompoundReading):
                 show_progress=show_progress,
             )
             distil_seconds = 0.0
-            by_text = {texts[i]: labels[i] for i in single}
+            by_text = {texts[i]: labels[i] for i in single if distilled[i]}
+            texts = [t for t, d in zip(texts, distilled, strict=True) if d]
             if config.distil_layers is not None:
                 distil_seconds = distil_phase(
                     model, config, texts, by_text, head_params, report, show_progress

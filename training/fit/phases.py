@@ -1,6 +1,7 @@
 """The phases of fitting IntentModel's SetFit model: the base model with a fresh head (after seeding), the
 contrastive fine-tuning of its body (or a teacher's body loaded instead), the optional distillation into
-fewer encoder layers or, from a teacher of another encoder, into the base model's body, and the trainer whose classifier step then fits the logistic head.
+fewer encoder layers or, from a teacher of another encoder, into the base model's body, the optional label
+phase, and the trainer whose classifier step then fits the logistic head.
 """
 
 from __future__ import annotations
@@ -209,6 +210,42 @@ def distil_encoder_phase(
     )
     seconds = time.perf_counter() - t0
     report(f"distilled {source} into {config.base_model}'s body: {seconds:.1f}s")
+    return seconds
+
+
+def label_phase(
+    model,
+    config: TrainConfig,
+    texts: Sequence[str],
+    labels: Sequence[str],
+    single: Sequence[int],
+    head_params: dict,
+    report: Reporter,
+    show_progress: bool,
+) -> float:
+    """With ``label_epochs``, tune ``model``'s body on the labels of the single-intent rows (their indices
+    ``single`` into ``texts``; training.distil.labels). Returns its seconds (0 without it)."""
+    if not config.label_epochs:
+        return 0.0
+    from training.distil.labels import tune_on_labels
+
+    t0 = time.perf_counter()
+    tune_on_labels(
+        model.model_body,
+        [texts[i] for i in single],
+        [labels[i] for i in single],
+        epochs=config.label_epochs,
+        learning_rate=config.label_learning_rate,
+        anchor_weight=config.label_anchor_weight,
+        batch_size=config.distil_batch_size,
+        seed=config.seed,
+        head_params=head_params,
+        freeze_embeddings=config.distil_freeze_embeddings,
+        report=report,
+        show_progress=show_progress,
+    )
+    seconds = time.perf_counter() - t0
+    report(f"label phase: {seconds:.1f}s")
     return seconds
 
 

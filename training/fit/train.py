@@ -50,6 +50,7 @@ NOT_HYPERPARAMETERS = (
     "train_file",
     "more_train_files",
     "heads_only_file",
+    "label_files",
     "dev_file",
     "test_file",
     "compound_train_file",
@@ -80,6 +81,7 @@ def train(
         secondary=data.fit_rows.secondary,
         body=[i < n_train for i in range(len(data.fit_rows))],
         head_repeats=data.repeats,
+        distilled=data.distilled,
     )
     calib, metrics, calib_seconds = _calibrate(model, data, config, report)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -92,7 +94,8 @@ def train(
 @dataclass
 class _Corpus:
     """The rows a training run reads: ``fit_rows`` are the train rows, then the heads-only rows (together
-    ``head_rows``), then the compound train rows; ``repeats`` says how often each counts in the head."""
+    ``head_rows``; ``label_files``' rows last among them), then the compound train rows; ``repeats`` says
+    how often each counts in the head, ``distilled`` whether a distillation learns its text."""
 
     train_rows: Any
     heads_only: Any
@@ -102,6 +105,7 @@ class _Corpus:
     head_rows: Any
     fit_rows: Any
     repeats: list[int]
+    distilled: list[bool]
 
 
 def _read_corpus(config: TrainConfig, report: Reporter) -> _Corpus:
@@ -116,9 +120,11 @@ def _read_corpus(config: TrainConfig, report: Reporter) -> _Corpus:
     for path in config.more_train_files:
         train_rows = _joined(train_rows, load_labeled(path, labels=labels_in_data))
     heads_only = None
-    for path in config.heads_only_files:
+    label_only = 0  # label_files' rows, last among the heads-only ones: no distillation learns them
+    for path in [*config.heads_only_files, *config.label_files]:
         rows = load_labeled(path, labels=labels_in_data)
         heads_only = _joined(heads_only, rows) if heads_only is not None else rows
+        label_only += len(rows) if path in config.label_files else 0
     dev_rows = load_labeled(config.dev_file, labels=labels_in_data)
     test_rows = load_labeled(config.test_file, labels=labels_in_data) if config.test_file else None
 
@@ -144,7 +150,10 @@ def _read_corpus(config: TrainConfig, report: Reporter) -> _Corpus:
     repeats = [
         config.heads_only_weight if len(train_rows) <= i < len(head_rows) else 1 for i in range(len(fit_rows))
     ]
-    return _Corpus(train_rows, heads_only, dev_rows, test_rows, compound, head_rows, fit_rows, repeats)
+    distilled = [not len(head_rows) - label_only <= i < len(head_rows) for i in range(len(fit_rows))]
+    return _Corpus(
+        train_rows, heads_only, dev_rows, test_rows, compound, head_rows, fit_rows, repeats, distilled
+    )
 
 
 def _calibrate(model: IntentModel, data: _Corpus, config: TrainConfig, report: Reporter):
@@ -195,7 +204,7 @@ def _manifest(config, model, data: _Corpus, calib, metrics, calib_seconds: float
     )
     compound, head_rows, repeats, labels = data.compound, data.head_rows, data.repeats, model.labels
     data_files = [config.train_file, *config.more_train_files]
-    data_files += [*config.heads_only_files, config.dev_file]
+    data_files += [*config.heads_only_files, *config.label_files, config.dev_file]
     data_files += [config.test_file] if config.test_file else []
     data_files += [Path(r.source) for r in compound.values() if r is not None]
     data_files += config.more_compound_train_files
@@ -224,6 +233,7 @@ def _manifest(config, model, data: _Corpus, calib, metrics, calib_seconds: float
             "seconds": {
                 "contrastive": round(model.fit_seconds["contrastive"], 2),
                 "distil": round(model.fit_seconds["distil"], 2),
+                "labels": round(model.fit_seconds["labels"], 2),
                 "head": round(model.fit_seconds["head"], 2),
                 "calibration_and_eval": round(calib_seconds, 2),
                 "total": round(time.perf_counter() - t_start, 2),
