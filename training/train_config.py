@@ -43,8 +43,8 @@ class TrainConfig(BaseModel):
     heads_only_file: Path | list[Path] | None = Field(
         None,
         description="More labelled single-intent rows (a file, or a list of files) that train the heads "
-        "(softmax head, in-scope distance, compound head) and not the contrastive phase, which fine-tunes "
-        "the body on train_file alone.",
+        "(softmax head, in-scope distance, compound head) and the label phase, and not the contrastive phase, "
+        "which fine-tunes the body on train_file alone.",
     )
     heads_only_weight: int = Field(
         1,

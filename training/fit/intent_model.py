@@ -85,18 +85,19 @@ class IntentModel(CompoundReading):
         head_repeats: Sequence[int] | None = None,
         distilled: Sequence[bool] | None = None,
     ) -> IntentModel:
-        """Contrastive body fine-tuning, then the logistic head, with the config's hyperparameters (its
-        file fields are not read). The temperature is reset to 1; ``calibrate`` fits it.
+        """The body's training (contrastive, or a distillation, then the optional label phase), then the
+        logistic head, with the config's hyperparameters (its file fields are not read). The temperature
+        is reset to 1; ``calibrate`` fits it.
 
-        ``secondary`` names the second intent of compound rows (None for single-intent ones). The body and
-        the softmax head learn from the single-intent rows (the body only from those ``body`` marks, when
-        given: the config's ``heads_only_file`` rows train the heads alone; ``head_repeats`` counts each row
-        that many times in the softmax head, default once); every row trains the compound head
-        (training.fit.compound_head). ``distilled`` marks the rows whose texts a distillation learns
-        (default: all; the config's ``label_files`` rows have no teacher's targets); the label phase
-        (``label_epochs``) learns from every single-intent row. Tried and dropped: compound rows as pair classes in the contrastive
-        phase, and as their primary in the softmax head (single-intent accuracy fell, compound recall
-        did not rise)."""
+        ``secondary`` names the second intent of compound rows (None for single-intent ones). The
+        contrastive phase and the softmax head learn from the single-intent rows (the contrastive phase
+        only from those ``body`` marks, when given: the config's ``heads_only_file`` rows do not train it;
+        ``head_repeats`` counts each row that many times in the softmax head, default once); every row
+        trains the compound head (training.fit.compound_head). ``distilled`` marks the rows whose texts a
+        distillation learns (default: all; the config's ``label_files`` rows have no teacher's targets);
+        the label phase (``label_epochs``) learns from every single-intent row. Tried and dropped: compound
+        rows as pair classes in the contrastive phase, and as their primary in the softmax head
+        (single-intent accuracy fell, compound recall did not rise)."""
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         texts, labels = list(texts), list(labels)
         secondary, body, repeats = _row_marks(texts, labels, secondary, body, head_repeats)
