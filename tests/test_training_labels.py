@@ -81,6 +81,11 @@ def test_the_label_phase_draws_messages_of_one_label_together_on_text_it_did_not
     assert len(epochs) == 4 and last_loss < first_loss
 
 
+def test_a_file_trains_the_distillation_or_only_the_label_phase_not_both():
+    with pytest.raises(ValueError, match="not both"):
+        tiny_config(heads_only_file=TINY / "dev.jsonl", label_files=[TINY / "dev.jsonl"])
+
+
 def test_the_label_phase_names_what_it_cannot_learn_from():
     from training.distil.labels import tune_on_labels
 

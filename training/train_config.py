@@ -254,6 +254,13 @@ class TrainConfig(BaseModel):
         return v
 
     @model_validator(mode="after")
+    def _label_files_apart(self) -> TrainConfig:
+        both = set(map(str, self.heads_only_files)) & set(map(str, self.label_files))
+        if both:
+            raise ValueError(f"{sorted(both)}: a file is in heads_only_file or in label_files, not both")
+        return self
+
+    @model_validator(mode="after")
     def _teacher_needs_student(self) -> TrainConfig:
         distilled = (self.teacher or self.teacher_targets or self.distil_layers) is not None
         if self.distil_clause_weight > 0 and not distilled:

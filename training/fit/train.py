@@ -121,10 +121,13 @@ def _read_corpus(config: TrainConfig, report: Reporter) -> _Corpus:
         train_rows = _joined(train_rows, load_labeled(path, labels=labels_in_data))
     heads_only = None
     label_only = 0  # label_files' rows, last among the heads-only ones: no distillation learns them
-    for path in [*config.heads_only_files, *config.label_files]:
+    files = [(path, False) for path in config.heads_only_files] + [
+        (path, True) for path in config.label_files
+    ]
+    for path, undistilled in files:
         rows = load_labeled(path, labels=labels_in_data)
         heads_only = _joined(heads_only, rows) if heads_only is not None else rows
-        label_only += len(rows) if path in config.label_files else 0
+        label_only += len(rows) if undistilled else 0
     dev_rows = load_labeled(config.dev_file, labels=labels_in_data)
     test_rows = load_labeled(config.test_file, labels=labels_in_data) if config.test_file else None
 
