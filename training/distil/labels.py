@@ -41,6 +41,7 @@ def tune_on_labels(
     steps, then decays to 0 (training.distil.loop)."""
     import torch
 
+    from training.distil.encoder import teacher_embeddings
     from training.distil.loop import length_batches, train_epochs
 
     texts, labels = list(texts), list(labels)
@@ -54,8 +55,8 @@ def tune_on_labels(
     torch.manual_seed(seed)
     t0 = time.perf_counter()
     batches = length_batches(body.tokenizer, texts, batch_size)
-    before = _embeddings(body, texts, batches)
-    head = _fitted_head(before, labels, classes, head_params or {})
+    before = teacher_embeddings(body, texts, batch_size)  # the body's own, before the phase
+    head = _fitted_head(before, labels, head_params or {})
     y = torch.tensor([classes.index(label) for label in labels])
     report(
         f"label phase: {len(texts)} rows, {len(classes)} labels, {len(batches)} batches a pass "
@@ -89,36 +90,17 @@ def tune_on_labels(
     return body
 
 
-def _embeddings(body, texts: list[str], batches: Sequence[Sequence[int]]):
-    """``body``'s normalised embeddings of ``texts`` (one row each, in their order), without gradients."""
-    import torch
-
-    from training.distil.encoder import embed_texts
-
-    body.eval()
-    out = None
-    with torch.no_grad():
-        for batch in batches:
-            rows = embed_texts(body, [texts[i] for i in batch])
-            out = torch.zeros(len(texts), rows.shape[1]) if out is None else out
-            out[batch] = rows
-    return out
-
-
-def _fitted_head(embeddings, labels: list[str], classes: list[str], head_params: Mapping):
-    """A linear layer holding the logistic head fitted on ``embeddings`` (the model head's parameters);
-    its outputs follow ``classes``."""
-    import numpy as np
+def _fitted_head(embeddings, labels: list[str], head_params: Mapping):
+    """A linear layer holding the logistic head fitted on ``embeddings`` (the model head's parameters), one
+    output per label in sorted order (scikit-learn's ``classes_``)."""
     import torch
     from sklearn.linear_model import LogisticRegression
 
-    fitted = LogisticRegression(**dict(head_params)).fit(embeddings.numpy(), labels)
-    coef, intercept = fitted.coef_, fitted.intercept_
-    if len(fitted.classes_) == 2:  # one row, the second class's log-odds: the first class's logit is 0
-        coef, intercept = np.vstack([np.zeros_like(coef), coef]), np.concatenate([[0.0], intercept])
-    order = [list(fitted.classes_).index(c) for c in classes]
-    head = torch.nn.Linear(embeddings.shape[1], len(classes))
+    from training.fit.head import softmax_weights
+
+    coef, intercept = softmax_weights(LogisticRegression(**dict(head_params)).fit(embeddings.numpy(), labels))
+    head = torch.nn.Linear(embeddings.shape[1], coef.shape[0])
     with torch.no_grad():
-        head.weight.copy_(torch.as_tensor(coef[order], dtype=torch.float32))
-        head.bias.copy_(torch.as_tensor(intercept[order], dtype=torch.float32))
+        head.weight.copy_(torch.from_numpy(coef))
+        head.bias.copy_(torch.from_numpy(intercept))
     return head
