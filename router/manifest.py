@@ -179,7 +179,7 @@ class Variant(BaseModel):
     rejected: list[str] = Field(default_factory=list)  # recipes tried first that failed parity, and why
     # encoder nodes a -keepK recipe left out of int8 -> their sensitivity (max |dp| when quantized alone)
     kept_nodes: dict[str, float] = Field(default_factory=dict)
-    calibration_texts: int | None = None  # texts of the sensitivity pass
+    calibration_texts: int | None = None  # texts of the sensitivity pass or the smoothing
 
 
 class Calibration(BaseModel):

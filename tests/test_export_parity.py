@@ -1,5 +1,5 @@
 """The recipe and parity the tiny export keeps (most tests train it: slow): a recipe that passes parity
-single and batched, a keep recipe and its per-split parity, the margin shortfalls, a graph that disagrees
+single and batched, a keep recipe and its per-split parity, the fp32-attention recipe, the margin shortfalls, a graph that disagrees
 failing the gate, the faithful graph as the default when no int8 recipe passes, and the export's silenced
 chatter."""
 
@@ -58,6 +58,30 @@ def test_tiny_export_with_a_keep_recipe_records_the_kept_nodes_and_per_split_par
     p = int8.parity
     assert set(p.split_top1_agreement) == set(p.batched_split_top1_agreement) == {"test", "oos"}
     assert set(p.quality) == {"test"} and {"accuracy", "ece", "reference_accuracy"} <= set(p.quality["test"])
+
+
+@pytest.mark.slow
+def test_the_fp32_attention_recipe_quantizes_the_matmuls_and_leaves_every_attention_fp32(
+    tiny_trained, tmp_path, monkeypatch
+):
+    import shutil
+
+    from training.export import parity
+    from training.export.exporter import export_model
+    from training.export.options import ExportOptions
+
+    monkeypatch.setitem(parity.PARITY_MIN, "int8", 0.9)  # what the graph holds is checked here, not the gate
+    src, _ = tiny_trained
+    out = tmp_path / "model"
+    shutil.copytree(src, out)
+    tiny = Path(__file__).parent / "fixtures" / "tiny"
+    options = ExportOptions(variants=("int8",), export_recipes=("rowscaled-int8-smooth-fp32attn",))
+    manifest = export_model(out, options, parity_file=[tiny / "test.jsonl"], report=lambda _: None)
+    assert manifest.export.variants["int8"].recipe == "rowscaled-int8-smooth-fp32attn"
+    ops = [n.op_type for n in onnx.load(str(out / "model.int8.onnx")).graph.node]
+    assert "Attention" in ops and "QAttention" not in ops
+    # the attention output, intermediate and output MatMuls of every layer, each row scaled
+    assert ops.count("MatMulInteger") == 3 * ops.count("Attention")
 
 
 def test_margin_shortfalls_name_what_is_close_to_the_gates():
@@ -165,11 +189,13 @@ def test_when_no_int8_recipe_passes_a_faithful_graph_becomes_the_default(tiny_tr
         export_model(again, options, parity_file=tiny / "test.jsonl", report=lambda _: None)
 
 
+@pytest.mark.parametrize("prefer_margin", [True, False])
 def test_when_no_recipe_passes_with_margin_the_first_that_passes_is_put_back_not_rebuilt(
-    tiny_trained, tmp_path, monkeypatch
+    tiny_trained, tmp_path, monkeypatch, prefer_margin
 ):
     """Every recipe passes the gates but none with margin: the first one's graph, set aside when it was
-    checked, comes back with its entry (the sha256 the router checks), and nothing is quantized again."""
+    checked, comes back with its entry (the sha256 the router checks), and nothing is quantized again.
+    Without ``int8_prefer_margin`` the first recipe that passes is kept at once, and no other is tried."""
     import shutil
 
     from router import Router
@@ -186,13 +212,14 @@ def test_when_no_recipe_passes_with_margin_the_first_that_passes_is_put_back_not
     out = tmp_path / "model"
     shutil.copytree(src, out)
     recipes = ("nbits8-b32", "rowscaled-int8")
-    options = ExportOptions(export_recipes=recipes, portable_int8=True)
+    options = ExportOptions(export_recipes=recipes, portable_int8=True, int8_prefer_margin=prefer_margin)
     tiny = Path(__file__).parent / "fixtures" / "tiny"
     export_model(out, options, parity_file=tiny / "test.jsonl", report=lambda _: None)
-    assert built == list(recipes)  # the first recipe is not quantized a second time
+    # the first recipe is not quantized a second time; without the margin preference, the second not at all
+    assert built == list(recipes if prefer_margin else recipes[:1])
     int8 = load_manifest(out).export.variants["int8"]
     assert int8.recipe == "nbits8-b32" and int8.parity.passed
-    assert [r.split(")")[0] for r in int8.rejected] == ["int8 (rowscaled-int8"]
+    assert [r.split(")")[0] for r in int8.rejected] == (["int8 (rowscaled-int8"] if prefer_margin else [])
     assert sorted(p.name for p in out.iterdir() if p.name.endswith(".aside")) == []
     assert Router.load(out).route("find the Q3 deck", "admin").model_id.endswith("/int8")
 

@@ -69,7 +69,7 @@ def test_row_scaling_is_exact_in_fp32(tmp_path):
 
 def _exact(path, tmp_path):
     """The graph at ``path`` in exact integer arithmetic (as a VNNI CPU runs it), saved beside it."""
-    from training.export.recipes import integer_reference
+    from training.export.integer_reference import integer_reference
 
     out = tmp_path / f"{Path(path).stem}-exact.onnx"
     onnx.save(integer_reference(onnx.load(str(path))), str(out))
@@ -126,13 +126,38 @@ def test_portable_rowscaled_int8_computes_the_same_integers_on_every_cpu(tmp_pat
     assert np.abs(exact - _run(tmp_path / "g.onnx", x)).max() > 0  # it is the int8 graph, not the fp32 one
 
 
+def test_smoothing_is_exact_in_fp32_and_brings_rowscaled_int8_closer_on_an_outlier_channel(tmp_path):
+    """A channel ten times the others in every token: row scaling alone leaves the other channels a tenth of
+    the 8-bit levels. Smoothed (its range moved into the weight's rows), the fp32 graph computes the same,
+    and the int8 graph, in exact integer arithmetic, lands closer to fp32."""
+    from training.export.recipes import _rowscaled, transformer_nodes
+    from training.export.smoothing import smooth_matmuls
+
+    model = _graph(tmp_path / "g.onnx")
+    x = np.random.default_rng(2).normal(size=(3, 5, 16)).astype(np.float32)
+    x[:, :, 5] *= 10.0  # an outlier channel, as a transformer's hidden states carry
+    names = set(transformer_nodes(model))
+    smoothed = smooth_matmuls(model, names, [{"x": x}], tmp_path / "g.onnx")
+    onnx.save(smoothed, str(tmp_path / "s.onnx"))
+    reference = _run(tmp_path / "g.onnx", x)
+    np.testing.assert_allclose(_run(tmp_path / "s.onnx", x), reference, rtol=1e-5, atol=1e-4)
+    assert "Mul" in {n.op_type for n in smoothed.graph.node}
+
+    def error(graph, smooth_feeds):
+        _rowscaled(graph, tmp_path / "q.onnx", smooth_feeds=smooth_feeds)
+        return np.abs(_run(_exact(tmp_path / "q.onnx", tmp_path), x) - reference).max()
+
+    assert error(tmp_path / "g.onnx", [{"x": x}]) < 0.7 * error(tmp_path / "g.onnx", ())
+
+
 def test_keep_recipes_come_between_the_fast_and_the_faithful_one():
     from training.export.recipes import ALL_RECIPES, DEFAULT_RECIPES, RECIPES, kept_count
 
     faithful = ("fused-nbits8-b32", "fused-nbits8-b32-fp32emb", "nbits8-b32")
+    fast = ("rowscaled-int8", "rowscaled-int8-smooth-fp32attn")
     for order in (DEFAULT_RECIPES, ALL_RECIPES):
-        assert order[0] == "rowscaled-int8" and order[-3:] == faithful
-    counts = [kept_count(r) for r in ALL_RECIPES[1:-3]]
+        assert order[:2] == fast and order[-3:] == faithful
+    counts = [kept_count(r) for r in ALL_RECIPES[2:-3]]
     assert counts == sorted(counts) and counts[0] > 0
     assert set(ALL_RECIPES) == set(RECIPES) and all(kept_count(r) == 0 for r in faithful)
 

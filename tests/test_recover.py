@@ -129,14 +129,14 @@ def test_a_body_that_does_not_compute_what_the_graph_does_is_not_written(tmp_pat
     assert not (tmp_path / "body").exists()
 
 
-def test_a_graph_with_int8_activations_is_refused():
-    """A rowscaled-int8 graph runs its MatMuls on int8 activations (MatMulInteger, QAttention): no
+def test_a_graph_whose_attention_runs_int8_activations_is_refused():
+    """QAttention (the rowscaled-int8 recipe's) quantizes its Q, K and V weights with its input's scale: no
     trainable body can be read from it, and the reader says so."""
     from router.manifest import ModelError
     from training.export.graph_weights import graph_tensors
 
     model = _matmul_graph(np.eye(4, dtype=np.float32))
-    model.graph.node[0].op_type = "MatMulInteger"
+    model.graph.node[0].op_type = "QAttention"
     with pytest.raises(ModelError, match="int8 activations"):
         graph_tensors(model)
 

@@ -235,6 +235,11 @@ class TrainConfig(BaseModel):
         description="The MatMuls a -keepK recipe keeps out of int8 stay fp32 instead of MatMulNBits: exact, "
         "and faster on CPUs without VNNI (training.export.recipes.KEPT_FP32).",
     )
+    int8_prefer_margin: bool = Field(
+        True,
+        description="Keep the first int8 recipe that passes parity with margin, else the first that passes; "
+        "false: the first that passes, the faster graph (training.export.int8_search).",
+    )
 
     @field_validator("sampling_strategy")
     @classmethod

@@ -60,6 +60,15 @@ Int8HalfWeights = Annotated[
     ),
 ]
 
+Int8PreferMargin = Annotated[
+    bool,
+    Opt(
+        "--int8-prefer-margin/--int8-first-passing",
+        help="Keep an int8 recipe that passes parity with margin over a faster one that passes without "
+        "(--int8-first-passing: the first recipe that passes).",
+    ),
+]
+
 
 @app.command()
 @command()
@@ -78,6 +87,7 @@ def export(
     portable_int8: PortableInt8 = False,
     int8_kept_fp32: Int8KeptFp32 = False,
     int8_half_weights: Int8HalfWeights = False,
+    int8_prefer_margin: Int8PreferMargin = True,
 ) -> None:
     """Export to ONNX (fp32 and int8) with calibrated probabilities and check parity. When no int8 recipe
     passes, the fp16 graph (fp32 compute, half the file) or else the fp32 graph becomes the default variant
@@ -94,6 +104,7 @@ def export(
         portable_int8=portable_int8,
         int8_kept_fp32=int8_kept_fp32,
         int8_half_weights=int8_half_weights,
+        int8_prefer_margin=int8_prefer_margin,
         **({"export_recipes": recipes} if recipes else {}),
     )
     manifest = export_model(

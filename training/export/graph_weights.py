@@ -7,8 +7,11 @@ was quantized, so a body given them computes what the graph's weights compute; a
 within half a quantization step of the original. The heads' weights are read the same way, from the form
 training.export.exporter writes them in (``graph_head``, ``graph_scope``, ``graph_one_vs_rest``).
 
-Graphs whose encoder runs int8 activations through MatMulInteger or QAttention (the ``rowscaled-int8``
-recipes, used by students) are refused: a teacher ships through the weight-only recipes.
+A MatMulInteger's weight (the ``rowscaled`` recipes) comes back as its int8 values times their per-channel
+scale, its rows divided back by the smoothing of its input when the recipe smoothed it
+(training.export.smoothing): a body with those weights computes in fp32 what the graph computes with int8
+activations, within their rounding, which the recovery's check bounds. QAttention, whose Q, K and V weights
+are quantized with its input's scale, and the other int8-activation operators are refused.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ from router.manifest import ModelError
 # the body's parameters appear in the graph under this scope
 BODY_SCOPE = "transformer"
 _UNSUPPORTED = {
-    "MatMulInteger",
     "QAttention",
     "DynamicQuantizeMatMul",
     "QLinearMatMul",
@@ -39,6 +41,7 @@ def graph_tensors(model) -> tuple[dict[str, np.ndarray], list[str]]:
     from onnx import numpy_helper
 
     inits = {i.name: i for i in model.graph.initializer}
+    made = {o: n for n in model.graph.node for o in n.output}
     prefix = BODY_SCOPE + "."
     out: dict[str, np.ndarray] = {}
     quantized: list[str] = []
@@ -71,7 +74,11 @@ def graph_tensors(model) -> tuple[dict[str, np.ndarray], list[str]]:
                 f"the graph's {node.op_type} node {node.name} runs int8 activations (a rowscaled-int8 or "
                 "dynamic int8 recipe): its body cannot be recovered; use the model's fp32 graph or its checkpoint"
             )
-        if node.op_type == "MatMul" and node.input[1] in inits:
+        if node.op_type == "MatMulInteger" and node.input[1] in inits:
+            key = _module(node.name) + ".weight"
+            out[key] = _dequantize_integer(node, array, inits, made)
+            quantized.append(key)
+        elif node.op_type == "MatMul" and node.input[1] in inits:
             out[_module(node.name) + ".weight"] = array(node.input[1]).astype(np.float32).T.copy()
         elif node.op_type == "MatMulNBits":
             key = _module(node.name) + ".weight"
@@ -106,6 +113,27 @@ def _attr(node, name: str):
         if a.name == name:
             return helper.get_attribute_value(a)
     return None
+
+
+def _dequantize_integer(node, array, inits, made) -> np.ndarray:
+    """A MatMulInteger weight as torch's (out, in) float32: (q - zero point) * scale per output channel,
+    each input row times the smoothing its input was multiplied by (the constant of the Mul in front of
+    the row scaling: x * c / max|x * c| -> DynamicQuantizeLinear), if any."""
+    weight, zero = node.input[1], node.input[3] if len(node.input) > 3 else ""
+    stem = weight[: -len("_quantized")] if weight.endswith("_quantized") else weight
+    if stem + "_scale" not in inits:
+        raise ModelError(f"{node.name}: the scale of its int8 weight {weight!r} is not in the graph")
+    w = array(weight).astype(np.float32) - (array(zero).astype(np.float32) if zero in inits else 0.0)
+    w *= array(stem + "_scale").astype(np.float32).reshape(1, -1)
+    source = made.get(node.input[0])  # DynamicQuantizeLinear <- Div(x, row max) <- Mul(x, smoothing)?
+    if source is not None and source.op_type == "DynamicQuantizeLinear":
+        div = made.get(source.input[0])
+        smooth = made.get(div.input[0]) if div is not None and div.op_type == "Div" else None
+        if smooth is not None and smooth.op_type == "Mul":
+            const = [i for i in smooth.input if i in inits]
+            if const:
+                w *= array(const[0]).astype(np.float32).reshape(-1, 1)
+    return w.T.copy()
 
 
 def _dequantize_nbits(node, array) -> np.ndarray:

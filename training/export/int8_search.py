@@ -1,6 +1,7 @@
 """The int8 variant: the export's recipes tried fastest first, the first that passes parity with margin
 kept. A recipe that passes the gates without margin is remembered; when none passes with margin, the first
-such recipe's graph is kept. The -keepK recipes rank the encoder nodes once, on calibration text.
+such recipe's graph is kept. The -keepK recipes rank the encoder nodes once, and the smoothed recipe
+measures its MatMul inputs, on the same calibration text.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from router.manifest import Manifest, Variant
 from training.export.export_run import PLAIN_FP32, VARIANT_FILES, ExportRun, train_file
 from training.export.half_storage import HALF_INT8, store_half
 from training.export.parity import PARITY_BATCH, margin_shortfalls
-from training.export.recipes import kept_count, quantize, rank_sensitivity
+from training.export.recipes import RECIPES, kept_count, quantize, rank_sensitivity
 from training.export.torch_graph import onnx_feeds
 
-CALIBRATION_TEXTS = 256  # training texts for the sensitivity pass of the -keepK recipes
+CALIBRATION_TEXTS = 256  # training texts for the -keepK recipes' sensitivity pass and for smoothing
 
 
 class Int8Builder:
@@ -28,12 +29,21 @@ class Int8Builder:
         self.run = run
         self.calib = list(calibration_texts or _calibration_texts(run.manifest, run.parity.texts))
         self.ranking: list[tuple[str, float]] = []
+        self._feeds: list[dict] = []
+
+    @property
+    def feeds(self) -> list[dict]:
+        """The calibration texts as onnx feeds, tokenized on first need."""
+        if not self._feeds:
+            tokenizer = self.run.model.setfit.model_body.tokenizer
+            self._feeds = onnx_feeds(tokenizer, self.calib, self.run.manifest.max_seq_length, PARITY_BATCH)
+        return self._feeds
 
     def _rank(self) -> None:
         t0 = time.perf_counter()
-        tokenizer = self.run.model.setfit.model_body.tokenizer
-        feeds = onnx_feeds(tokenizer, self.calib, self.run.manifest.max_seq_length, PARITY_BATCH)
-        self.ranking = rank_sensitivity(self.run.path("fp32"), feeds, portable=self.run.options.portable_int8)
+        self.ranking = rank_sensitivity(
+            self.run.path("fp32"), self.feeds, portable=self.run.options.portable_int8
+        )
         self.run.report(
             f"sensitivity of {len(self.ranking)} encoder nodes on {len(self.calib)} texts in "
             f"{time.perf_counter() - t0:.0f}s; most sensitive: "
@@ -56,6 +66,7 @@ class Int8Builder:
             keep=[n for n, _ in keep],
             portable=options.portable_int8,
             kept_fp32=options.int8_kept_fp32,
+            calibration=self.feeds if RECIPES[recipe].smoothed else (),
         )
         if options.int8_half_weights:
             store_half(dst, dst)
@@ -65,13 +76,13 @@ class Int8Builder:
         )
         spec = run.register("int8", recipe, description)
         spec.kept_nodes = dict(keep)
-        spec.calibration_texts = len(self.calib) if keep else None
+        spec.calibration_texts = len(self.calib) if keep or RECIPES[recipe].smoothed else None
         return spec, run.check("int8")
 
 
 def best_int8(run: ExportRun, calibration_texts: Sequence[str] | None = None) -> list[str]:
-    """Try the recipes in turn; the int8 variant left registered is the first that passes with margin,
-    else the first that passes (its graph and entry set aside when it was checked, and put back), else
+    """Try the recipes in turn; the int8 variant left registered is the first that passes with margin
+    (without ``int8_prefer_margin``: the first that passes), else the first that passes (its graph and entry set aside when it was checked, and put back), else
     the last tried. Returns the export's int8 failures; the variant's ``rejected`` lists why the others
     were passed over."""
     builder = Int8Builder(run, calibration_texts)
@@ -82,7 +93,7 @@ def best_int8(run: ExportRun, calibration_texts: Sequence[str] | None = None) ->
         for recipe in run.options.export_recipes:
             spec, failed = builder.build(recipe)
             if not failed:
-                short = margin_shortfalls(spec.parity)
+                short = margin_shortfalls(spec.parity) if run.options.int8_prefer_margin else []
                 if not short:
                     break
                 failed = [f"int8 ({recipe}) passes, without margin: {', '.join(short)}"]

@@ -2,7 +2,8 @@
 code all pass an ExportOptions to training.export.exporter.export_model.
 
 Each option has one name everywhere: the field here, the training config's key where the config holds
-it (``export_recipes``, ``portable_int8``, ``int8_kept_fp32``, ``int8_half_weights``), and the same
+it (``export_recipes``, ``portable_int8``, ``int8_kept_fp32``, ``int8_half_weights``,
+``int8_prefer_margin``), and the same
 name with dashes on the command line (``--export-recipes``, ``--int8-half-weights``...).
 """
 
@@ -25,7 +26,9 @@ class ExportOptions:
     graph the default. ``portable_int8``: the rowscaled recipes' weights keep 7 bits, so CPUs without
     VNNI compute the same graph. ``int8_kept_fp32``: the MatMuls a -keepK recipe keeps out of int8 stay
     fp32, not MatMulNBits. ``int8_half_weights``: the weights an int8 graph keeps in fp32 (its embedding
-    table) are stored as float16. ``keep_fp32``: keep the fp32 graph after an int8 or fp16 default."""
+    table) are stored as float16. ``int8_prefer_margin``: a recipe that passes parity with margin wins
+    over a faster one that passes without (false: the first recipe that passes is kept). ``keep_fp32``:
+    keep the fp32 graph after an int8 or fp16 default."""
 
     variants: tuple[str, ...] = ("fp32", "int8")
     export_recipes: tuple[str, ...] = DEFAULT_RECIPES
@@ -33,12 +36,14 @@ class ExportOptions:
     portable_int8: bool = False
     int8_kept_fp32: bool = False
     int8_half_weights: bool = False
+    int8_prefer_margin: bool = True
     keep_fp32: bool = True
     CONFIG_KEYS: ClassVar[tuple[str, ...]] = (
         "export_recipes",
         "portable_int8",
         "int8_kept_fp32",
         "int8_half_weights",
+        "int8_prefer_margin",
     )
 
     def __post_init__(self) -> None:

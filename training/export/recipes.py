@@ -9,6 +9,11 @@ All work on any BERT-style encoder the export writes (nothing is tied to the shi
   weights (MatMulInteger, QAttention). Dividing per token keeps the few tokens with massive activations
   (e.g. [CLS] at ~30 against ~5 elsewhere) from setting one coarse scale for the whole tensor. With
   ``portable=True`` the weights keep 7 bits, so that CPUs without VNNI compute the same integers.
+- ``rowscaled-int8-smooth-fp32attn``: the same MatMuls, their inputs smoothed per channel first
+  (training.export.smoothing, measured on calibration texts at export), with every fused Attention (the
+  Q, K, V projections and the scores) kept fp32. QAttention quantizes its input with one scale per tensor,
+  not per token, so the attention is where rowscaled-int8 loses most, and why batch mates move each
+  other's probabilities; the other MatMuls keep their int8 speed-up.
 - ``rowscaled-int8-keepK``: the same, except the K encoder nodes whose int8 version alone moves the
   probabilities most on a calibration sample (``rank_sensitivity``, measured at export) are left out:
   their MatMuls become MatMulNBits 8-bit (block 32), a fused Attention stays fp32. With
@@ -35,6 +40,8 @@ from typing import Literal
 
 import numpy as np
 
+from training.export.smoothing import smooth_matmuls
+
 NBITS_BLOCK = 32
 # x86 CPUs without VNNI (AVX2 only) multiply rowscaled-int8's uint8 activations by its int8 weights with
 # vpmaddubsw, which sums each pair of products into int16 and saturates: 255 * 127 * 2 > 32767. VNNI and
@@ -57,7 +64,8 @@ class Recipe:
 
     ``family``: ``rowscaled`` (per-token scaled MatMuls, dynamic int8) or ``nbits`` (MatMulNBits 8-bit
     weights, block 32). ``fused``: from the attention-fused graph, whose Attention stays fp32 in the nbits
-    recipes. ``embedding``: the embedding table as a dynamic int8 Gather (``int8``) or left floating point
+    recipes and, with ``attention="float"``, in a rowscaled one. ``smoothed``: a rowscaled recipe's MatMul
+    inputs are smoothed per channel first (training.export.smoothing). ``embedding``: the embedding table as a dynamic int8 Gather (``int8``) or left floating point
     (``float``: fused EmbedLayerNormalization; stored fp32, or fp16 with ``int8_half_weights``). ``keep``:
     how many of the most sensitive encoder nodes stay out of int8."""
 
@@ -67,6 +75,8 @@ class Recipe:
     embedding: Literal["int8", "float"]
     description: str
     keep: int = 0
+    attention: Literal["int8", "float"] = "int8"
+    smoothed: bool = False
 
 
 _NBITS = "MatMulNBits 8-bit weights, block 32, symmetric, accuracy_level 4"
@@ -81,6 +91,15 @@ RECIPES: dict[str, Recipe] = {
             "int8",
             "fused attention; per-token scaled MatMuls; dynamic int8, per-channel weights "
             "(MatMulInteger, QAttention)",
+        ),
+        Recipe(
+            "rowscaled-int8-smooth-fp32attn",
+            "rowscaled",
+            True,
+            "int8",
+            "rowscaled-int8 with its MatMul inputs smoothed per channel and every fused Attention fp32",
+            attention="float",
+            smoothed=True,
         ),
         *(
             Recipe(
@@ -106,12 +125,19 @@ RECIPES: dict[str, Recipe] = {
         Recipe("nbits8-b32", "nbits", False, "int8", f"{_NBITS}; dynamic int8 embedding Gather"),
     )
 }
-# Fastest first; export keeps the first that passes with margin. The -keepK recipes are opt-in
+# Fastest first; export keeps the first that passes with margin. rowscaled-int8-smooth-fp32attn, next, keeps most
+# of rowscaled-int8's speed-up on VNNI CPUs (docs/speed.md). The -keepK recipes are opt-in
 # (`export --export-recipes`): their sensitivity pass costs about a minute and, on the shipped model, they
-# kept less than half of rowscaled-int8's speed-up (docs/speed.md). fused-nbits8-b32 comes before
+# kept less than half of rowscaled-int8's speed-up. fused-nbits8-b32 comes before
 # nbits8-b32: it is faster (fused attention) and more faithful (attention in fp32); its fp32-embedding
 # twin, as fast and more faithful again, costs the size of the table.
-DEFAULT_RECIPES = ("rowscaled-int8", "fused-nbits8-b32", "fused-nbits8-b32-fp32emb", "nbits8-b32")
+DEFAULT_RECIPES = (
+    "rowscaled-int8",
+    "rowscaled-int8-smooth-fp32attn",
+    "fused-nbits8-b32",
+    "fused-nbits8-b32-fp32emb",
+    "nbits8-b32",
+)
 ALL_RECIPES = tuple(RECIPES)
 
 
@@ -208,18 +234,27 @@ def _rowscaled(
     only: Sequence[str] | None = None,
     portable: bool = False,
     kept_fp32: bool = False,
+    attention: bool = True,
+    smooth_feeds: Sequence[dict] = (),
 ) -> None:
     """rowscaled-int8 on the encoder nodes of ``fused`` (or just ``only``) except ``keep``; kept MatMuls
-    become MatMulNBits 8-bit (``kept_fp32``: stay fp32), a kept Attention stays fp32. ``portable``: 7-bit
-    weights (PORTABLE_WEIGHT_BITS)."""
+    become MatMulNBits 8-bit (``kept_fp32``: stay fp32), a kept Attention stays fp32, as every Attention
+    does without ``attention``. ``portable``: 7-bit weights (PORTABLE_WEIGHT_BITS). ``smooth_feeds``: the
+    calibration batches on which the MatMul inputs are smoothed (none: not smoothed)."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     model = onnx.load(str(fused))
     matmuls = set(transformer_nodes(model, attention=False))
-    nodes = [n for n in transformer_nodes(model) if n not in keep and (only is None or n in only)]
+    nodes = [
+        n
+        for n in transformer_nodes(model, attention=attention)
+        if n not in keep and (only is None or n in only)
+    ]
     with tempfile.TemporaryDirectory(prefix="int8-") as tmp:
         staged, mixed = Path(tmp) / "rowscaled.onnx", Path(tmp) / "mixed.onnx"
+        if smooth_feeds:
+            model = smooth_matmuls(model, matmuls & set(nodes), smooth_feeds, fused)
         onnx.save(scale_rows(model, matmuls & set(nodes)), str(staged))
         to_nbits = bool(keep) and not kept_fp32  # the kept MatMuls go MatMulNBits in a second pass
         quantize_dynamic(
@@ -252,53 +287,6 @@ def _nbits(model, dst: Path, nodes: Sequence[str] | None = None) -> None:
     )
     quantizer.process()
     quantizer.model.save_model_to_file(str(dst))
-
-
-def integer_reference(model):
-    """``model`` with every MatMulInteger computed in float64 and every QAttention as an fp32 Attention on
-    its dequantized input and weights: the exact integer arithmetic the int8 graph stands for, as a CPU with
-    VNNI computes it. onnxruntime on an AVX2-only CPU gives the same outputs for portable graphs only."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    inits = {i.name: i for i in model.graph.initializer}
-    out = []
-    for n in model.graph.node:
-        p = n.name
-        if n.op_type == "MatMulInteger":
-            a, b, a_zero, b_zero = n.input
-            for src, zero, side in ((a, a_zero, "a"), (b, b_zero, "b")):
-                out += [
-                    helper.make_node("Cast", [src], [f"{p}_{side}f"], to=TensorProto.DOUBLE),
-                    helper.make_node("Cast", [zero], [f"{p}_{side}z"], to=TensorProto.DOUBLE),
-                    helper.make_node("Sub", [f"{p}_{side}f", f"{p}_{side}z"], [f"{p}_{side}0"]),
-                ]
-            out += [
-                helper.make_node("MatMul", [f"{p}_a0", f"{p}_b0"], [f"{p}_y"]),
-                helper.make_node("Cast", [f"{p}_y"], [n.output[0]], to=TensorProto.INT32),
-            ]
-        elif n.op_type == "QAttention":
-            x, w, bias, x_scale, w_scale, mask, x_zero, w_zero = (list(n.input) + [""] * 8)[:8]
-            weight = numpy_helper.to_array(inits[w]).astype(np.float64)
-            if w_zero:
-                weight -= numpy_helper.to_array(inits[w_zero]).astype(np.float64)
-            weight *= numpy_helper.to_array(inits[w_scale]).astype(np.float64)
-            model.graph.initializer.append(numpy_helper.from_array(weight.astype(np.float32), p + "_w"))
-            attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
-            out += [
-                helper.make_node("DequantizeLinear", [x, x_scale, x_zero], [p + "_x"]),
-                helper.make_node(
-                    "Attention",
-                    [p + "_x", p + "_w", bias, mask],
-                    list(n.output),
-                    domain="com.microsoft",
-                    **attrs,
-                ),
-            ]
-        else:
-            out.append(n)
-    del model.graph.node[:]
-    model.graph.node.extend(out)
-    return model
 
 
 def _attention_shape(model) -> tuple[int, int] | None:
@@ -340,18 +328,29 @@ def quantize(
     keep: Sequence[str] = (),
     portable: bool = False,
     kept_fp32: bool = False,
+    calibration: Sequence[dict] = (),
 ) -> str:
     """Write the int8 graph of ``recipe`` (from the fused or the plain fp32 graph); returns its description.
     ``keep``: the nodes a ``-keepK`` recipe leaves out of int8 (the first K of ``rank_sensitivity``).
     ``portable``: the rowscaled recipes' weights keep 7 bits, so CPUs without VNNI compute the same graph
     (the MatMulNBits recipes are portable as they are: their AVX2 kernels do not saturate). ``kept_fp32``:
-    the MatMuls a ``-keepK`` recipe keeps stay fp32 instead of MatMulNBits (KEPT_FP32)."""
+    the MatMuls a ``-keepK`` recipe keeps stay fp32 instead of MatMulNBits (KEPT_FP32). ``calibration``:
+    the batches (onnx feeds) a smoothed recipe measures its inputs on."""
     check_recipes([recipe])
     spec = RECIPES[recipe]
     rowscaled = spec.family == "rowscaled"
     if rowscaled:
-        kept = list(keep)[: spec.keep]  # fewer when the model has fewer
-        _rowscaled(fused, dst, keep=kept, portable=portable, kept_fp32=kept_fp32)
+        if spec.smoothed and not calibration:
+            raise ValueError(f"{recipe} smooths its MatMul inputs on calibration texts; none were given")
+        _rowscaled(
+            fused,
+            dst,
+            keep=list(keep)[: spec.keep],  # fewer when the model has fewer
+            portable=portable,
+            kept_fp32=kept_fp32,
+            attention=spec.attention == "int8",
+            smooth_feeds=calibration if spec.smoothed else (),
+        )
     else:
         _nbits_recipe(spec, fused, plain, dst)
     bits = f"; {PORTABLE_WEIGHT_BITS}-bit weights (portable)" if portable and rowscaled else ""

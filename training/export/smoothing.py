@@ -1,0 +1,70 @@
+"""Per-channel smoothing of an encoder MatMul's input before int8 (SmoothQuant, Xiao et al. 2022).
+
+A transformer's hidden states carry a few channels far larger than the rest. Row scaling
+(training.export.recipes.scale_rows) divides each token by its largest value, so in a token where one
+channel is ten times the others, those others keep about a tenth of the 8-bit levels. Smoothing divides
+channel j of the input by s_j and multiplies row j of the weight by s_j, which leaves the product exact in
+fp32 and moves part of the range from the activations to the weights (quantized per output channel):
+
+    s_j = max|x_j| ** alpha / max|W_j| ** (1 - alpha)
+
+with max|x_j| measured over the non-padding tokens of calibration texts. The division is one element-wise
+Mul before the MatMul.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+SMOOTHING_ALPHA = 0.5  # the paper's default: the range split evenly between activations and weights
+
+
+def channel_maxima(graph: Path, inputs: Sequence[str], feeds: Sequence[dict]) -> dict[str, np.ndarray]:
+    """Each named tensor's largest absolute value per channel (its last axis) over the tokens of ``feeds``
+    (the graph's input batches; with an attention_mask, its non-padding tokens)."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    model = onnx.load(str(graph))
+    del model.graph.output[:]
+    model.graph.output.extend(helper.make_tensor_value_info(x, TensorProto.FLOAT, None) for x in inputs)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    maxima: dict[str, np.ndarray] = {}
+    for feed in feeds:
+        mask = feed.get("attention_mask")
+        for name, value in zip(inputs, session.run(list(inputs), feed), strict=True):
+            rows = value[mask.astype(bool)] if mask is not None else value.reshape(-1, value.shape[-1])
+            top = np.abs(rows).max(axis=0)
+            maxima[name] = np.maximum(maxima[name], top) if name in maxima else top
+    return maxima
+
+
+def smooth_matmuls(
+    model, names: set[str], feeds: Sequence[dict], graph: Path, alpha: float = SMOOTHING_ALPHA
+):
+    """``model`` (the graph at ``graph``, loaded) with each named MatMul's input smoothed per channel (module
+    docstring), its maxima measured on ``feeds``; exact in fp32. Returns the model."""
+    from onnx import helper, numpy_helper
+
+    inits = {i.name: i for i in model.graph.initializer}
+    matmuls = [n for n in model.graph.node if n.name in names]
+    maxima = channel_maxima(graph, sorted({n.input[0] for n in matmuls}), feeds)
+    out = []
+    for n in model.graph.node:
+        if n.name in names:
+            weight = numpy_helper.to_array(inits[n.input[1]])
+            scale = maxima[n.input[0]] ** alpha / np.maximum(np.abs(weight).max(axis=1), 1e-8) ** (1 - alpha)
+            scale = np.clip(scale, 1e-5, None).astype(np.float32)
+            inits[n.input[1]].CopyFrom(numpy_helper.from_array(weight * scale[:, None], n.input[1]))
+            divisor, smoothed = n.name + "_smooth", n.name + "_xs"
+            model.graph.initializer.append(numpy_helper.from_array((1.0 / scale).astype(np.float32), divisor))
+            out.append(helper.make_node("Mul", [n.input[0], divisor], [smoothed], name=smoothed))
+            n.input[0] = smoothed
+        out.append(n)
+    del model.graph.node[:]
+    model.graph.node.extend(out)
+    return model
