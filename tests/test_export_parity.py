@@ -3,10 +3,12 @@ single and batched, a keep recipe and its per-split parity, the fp32-attention r
 failing the gate, the faithful graph as the default when no int8 recipe passes, and the export's silenced
 chatter."""
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from tokenizers import Tokenizer
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
@@ -82,6 +84,23 @@ def test_the_fp32_attention_recipe_quantizes_the_matmuls_and_leaves_every_attent
     assert "Attention" in ops and "QAttention" not in ops
     # the attention output, intermediate and output MatMuls of every layer, each row scaled
     assert ops.count("MatMulInteger") == 3 * ops.count("Attention")
+    assert "DynamicQuantizeLinear" not in ops  # row-scaled inputs quantized over a fixed range
+    # so a message gets the same probabilities alone and among others of other lengths
+    texts = [json.loads(line)["text"] for line in (tiny / "test.jsonl").open()]
+    session = ort.InferenceSession(str(out / "model.int8.onnx"), providers=["CPUExecutionProvider"])
+    tokenizer = Tokenizer.from_file(str(out / "tokenizer.json"))
+    tokenizer.enable_padding()
+    feeds = [tokenizer.encode_batch(texts[k : k + 1]) for k in range(len(texts))] + [
+        tokenizer.encode_batch(texts)
+    ]
+
+    def run(batch):
+        ids = np.array([e.ids for e in batch], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in batch], dtype=np.int64)
+        return session.run(["probabilities"], {"input_ids": ids, "attention_mask": mask})[0]
+
+    alone = np.concatenate([run(f) for f in feeds[:-1]])
+    np.testing.assert_allclose(run(feeds[-1]), alone, atol=1e-5)
 
 
 def test_margin_shortfalls_name_what_is_close_to_the_gates():

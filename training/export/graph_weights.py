@@ -118,15 +118,15 @@ def _attr(node, name: str):
 def _dequantize_integer(node, array, inits, made) -> np.ndarray:
     """A MatMulInteger weight as torch's (out, in) float32: (q - zero point) * scale per output channel,
     each input row times the smoothing its input was multiplied by (the constant of the Mul in front of
-    the row scaling: x * c / max|x * c| -> DynamicQuantizeLinear), if any."""
+    the row scaling: x * c / max|x * c| -> (Dynamic)QuantizeLinear), if any."""
     weight, zero = node.input[1], node.input[3] if len(node.input) > 3 else ""
     stem = weight[: -len("_quantized")] if weight.endswith("_quantized") else weight
     if stem + "_scale" not in inits:
         raise ModelError(f"{node.name}: the scale of its int8 weight {weight!r} is not in the graph")
     w = array(weight).astype(np.float32) - (array(zero).astype(np.float32) if zero in inits else 0.0)
     w *= array(stem + "_scale").astype(np.float32).reshape(1, -1)
-    source = made.get(node.input[0])  # DynamicQuantizeLinear <- Div(x, row max) <- Mul(x, smoothing)?
-    if source is not None and source.op_type == "DynamicQuantizeLinear":
+    source = made.get(node.input[0])  # (Dynamic)QuantizeLinear <- Div(x, row max) <- Mul(x, smoothing)?
+    if source is not None and source.op_type in ("DynamicQuantizeLinear", "QuantizeLinear"):
         div = made.get(source.input[0])
         smooth = made.get(div.input[0]) if div is not None and div.op_type == "Div" else None
         if smooth is not None and smooth.op_type == "Mul":

@@ -40,7 +40,7 @@ from typing import Literal
 
 import numpy as np
 
-from training.export.smoothing import smooth_matmuls
+from training.export.smoothing import fixed_range_inputs, smooth_matmuls
 
 NBITS_BLOCK = 32
 # x86 CPUs without VNNI (AVX2 only) multiply rowscaled-int8's uint8 activations by its int8 weights with
@@ -240,7 +240,8 @@ def _rowscaled(
     """rowscaled-int8 on the encoder nodes of ``fused`` (or just ``only``) except ``keep``; kept MatMuls
     become MatMulNBits 8-bit (``kept_fp32``: stay fp32), a kept Attention stays fp32, as every Attention
     does without ``attention``. ``portable``: 7-bit weights (PORTABLE_WEIGHT_BITS). ``smooth_feeds``: the
-    calibration batches on which the MatMul inputs are smoothed (none: not smoothed)."""
+    calibration batches on which the MatMul inputs are smoothed, then quantized over a fixed range (none:
+    neither)."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -267,6 +268,11 @@ def _rowscaled(
             reduce_range=portable,
             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
         )
+        if smooth_feeds:  # batch-independent integers: the fixed range of row-scaled inputs
+            onnx.save(
+                fixed_range_inputs(onnx.load(str(mixed if to_nbits else dst))),
+                str(mixed if to_nbits else dst),
+            )
         if to_nbits:
             _nbits(onnx.load(str(mixed)), dst, [n for n in keep if n in matmuls])
 

@@ -9,7 +9,8 @@ fp32 and moves part of the range from the activations to the weights (quantized 
     s_j = max|x_j| ** alpha / max|W_j| ** (1 - alpha)
 
 with max|x_j| measured over the non-padding tokens of calibration texts. The division is one element-wise
-Mul before the MatMul.
+Mul before the MatMul. ``fixed_range_inputs`` then quantizes each row-scaled input over [-1, 1], so a
+message's integers do not depend on its batch.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 SMOOTHING_ALPHA = 0.5  # the paper's default: the range split evenly between activations and weights
+ROW_SCALED = "_xn"  # the suffix of a MatMul input divided by its rows' maxima (recipes.scale_rows)
 
 
 def channel_maxima(graph: Path, inputs: Sequence[str], feeds: Sequence[dict]) -> dict[str, np.ndarray]:
@@ -64,6 +66,31 @@ def smooth_matmuls(
             model.graph.initializer.append(numpy_helper.from_array((1.0 / scale).astype(np.float32), divisor))
             out.append(helper.make_node("Mul", [n.input[0], divisor], [smoothed], name=smoothed))
             n.input[0] = smoothed
+        out.append(n)
+    del model.graph.node[:]
+    model.graph.node.extend(out)
+    return model
+
+
+def fixed_range_inputs(model):
+    """``model`` (a rowscaled graph after dynamic quantization) with each row-scaled MatMul input quantized
+    over the fixed range [-1, 1] instead of its tensor's own minimum and maximum. Divided by its row's
+    largest absolute value, every row lies in that range, so the integers a message gets no longer depend
+    on the other messages of its batch (nor on its own range, which a batch widens anyway). Returns the
+    model."""
+    from onnx import helper, numpy_helper
+
+    out = []
+    for n in model.graph.node:
+        if n.op_type == "DynamicQuantizeLinear" and n.input[0].endswith(ROW_SCALED):
+            y, scale, zero = n.output
+            model.graph.initializer.extend(
+                [
+                    numpy_helper.from_array(np.array(2.0 / 255.0, np.float32), scale),
+                    numpy_helper.from_array(np.array(128, np.uint8), zero),
+                ]
+            )
+            n = helper.make_node("QuantizeLinear", [n.input[0], scale, zero], [y], name=n.name + "_fixed")
         out.append(n)
     del model.graph.node[:]
     model.graph.node.extend(out)
