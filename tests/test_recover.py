@@ -99,7 +99,7 @@ def test_the_shipped_models_body_is_recovered_from_its_graph(tmp_path):
     assert note["dequantized"] == DEQUANTIZED and note["weights"] == 101
     assert note["half_precision"] == HALF_PRECISION_TENSORS
     assert note["kept_from_base"] == ["pooler.dense.bias", "pooler.dense.weight"]
-    assert note["min_cosine"] > 0.999
+    assert note["min_cosine"] > 0.998
     assert json.loads((tmp_path / "body" / RECOVERY_NOTE).read_text())["graph_sha256"] == note["graph_sha256"]
 
     body = SentenceTransformer(str(tmp_path / "body"), device="cpu")  # a folder a teacher's checkpoint/ is
