@@ -82,8 +82,8 @@ class Int8Builder:
 
 def best_int8(run: ExportRun, calibration_texts: Sequence[str] | None = None) -> list[str]:
     """Try the recipes in turn; the int8 variant left registered is the first that passes with margin
-    (without ``int8_prefer_margin``: the first that passes), else the first that passes (its graph and entry set aside when it was checked, and put back), else
-    the last tried. Returns the export's int8 failures; the variant's ``rejected`` lists why the others
+    (without ``int8_prefer_margin``: the first that passes), else the first that passes (its graph and
+    entry set aside when it was checked, and put back), else the last tried. Returns the export's int8 failures; the variant's ``rejected`` lists why the others
     were passed over."""
     builder = Int8Builder(run, calibration_texts)
     rejected: list[str] = []

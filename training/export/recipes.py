@@ -10,10 +10,11 @@ All work on any BERT-style encoder the export writes (nothing is tied to the shi
   (e.g. [CLS] at ~30 against ~5 elsewhere) from setting one coarse scale for the whole tensor. With
   ``portable=True`` the weights keep 7 bits, so that CPUs without VNNI compute the same integers.
 - ``rowscaled-int8-smooth-fp32attn``: the same MatMuls, their inputs smoothed per channel first
-  (training.export.smoothing, measured on calibration texts at export), with every fused Attention (the
-  Q, K, V projections and the scores) kept fp32. QAttention quantizes its input with one scale per tensor,
-  not per token, so the attention is where rowscaled-int8 loses most, and why batch mates move each
-  other's probabilities; the other MatMuls keep their int8 speed-up.
+  (training.export.smoothing, measured on calibration texts at export) and, once row-scaled, quantized
+  over their fixed range [-1, 1], with every fused Attention (the Q, K, V projections and the scores) kept
+  fp32. QAttention quantizes its input with one scale per tensor, not per token, so the attention is
+  where rowscaled-int8 loses most, and why batch mates move each other's probabilities; here a message
+  gets the same integers in any batch, and the other MatMuls keep their int8 speed-up.
 - ``rowscaled-int8-keepK``: the same, except the K encoder nodes whose int8 version alone moves the
   probabilities most on a calibration sample (``rank_sensitivity``, measured at export) are left out:
   their MatMuls become MatMulNBits 8-bit (block 32), a fused Attention stays fp32. With
@@ -65,7 +66,8 @@ class Recipe:
     ``family``: ``rowscaled`` (per-token scaled MatMuls, dynamic int8) or ``nbits`` (MatMulNBits 8-bit
     weights, block 32). ``fused``: from the attention-fused graph, whose Attention stays fp32 in the nbits
     recipes and, with ``attention="float"``, in a rowscaled one. ``smoothed``: a rowscaled recipe's MatMul
-    inputs are smoothed per channel first (training.export.smoothing). ``embedding``: the embedding table as a dynamic int8 Gather (``int8``) or left floating point
+    inputs are smoothed per channel first and quantized over a fixed range (training.export.smoothing).
+    ``embedding``: the embedding table as a dynamic int8 Gather (``int8``) or left floating point
     (``float``: fused EmbedLayerNormalization; stored fp32, or fp16 with ``int8_half_weights``). ``keep``:
     how many of the most sensitive encoder nodes stay out of int8."""
 
@@ -125,8 +127,8 @@ RECIPES: dict[str, Recipe] = {
         Recipe("nbits8-b32", "nbits", False, "int8", f"{_NBITS}; dynamic int8 embedding Gather"),
     )
 }
-# Fastest first; export keeps the first that passes with margin. rowscaled-int8-smooth-fp32attn, next, keeps most
-# of rowscaled-int8's speed-up on VNNI CPUs (docs/speed.md). The -keepK recipes are opt-in
+# Fastest first; export keeps the first that passes with margin. rowscaled-int8-smooth-fp32attn, next,
+# keeps most of rowscaled-int8's speed-up on VNNI CPUs (docs/speed.md). The -keepK recipes are opt-in
 # (`export --export-recipes`): their sensitivity pass costs about a minute and, on the shipped model, they
 # kept less than half of rowscaled-int8's speed-up. fused-nbits8-b32 comes before
 # nbits8-b32: it is faster (fused attention) and more faithful (attention in fp32); its fp32-embedding
