@@ -41,7 +41,7 @@ from typing import Literal
 
 import numpy as np
 
-from training.export.smoothing import fixed_range_inputs, smooth_matmuls
+from training.export.smoothing import ROW_SCALED, fixed_range_inputs, smooth_matmuls
 
 NBITS_BLOCK = 32
 # x86 CPUs without VNNI (AVX2 only) multiply rowscaled-int8's uint8 activations by its int8 weights with
@@ -220,9 +220,9 @@ def scale_rows(model, names: set[str]):
                 **reduce["attrs"],
             ),
             helper.make_node("Max", [p + "_rmax", eps], [p + "_r"], name=p + "_r"),
-            helper.make_node("Div", [x, p + "_r"], [p + "_xn"], name=p + "_xn"),
+            helper.make_node("Div", [x, p + "_r"], [p + ROW_SCALED], name=p + ROW_SCALED),
         ]
-        n.input[0], n.output[0] = p + "_xn", p + "_yn"
+        n.input[0], n.output[0] = p + ROW_SCALED, p + "_yn"
         out += [n, helper.make_node("Mul", [p + "_yn", p + "_r"], [y], name=p + "_ys")]
     del model.graph.node[:]
     model.graph.node.extend(out)
@@ -257,12 +257,13 @@ def _rowscaled(
     with tempfile.TemporaryDirectory(prefix="int8-") as tmp:
         staged, mixed = Path(tmp) / "rowscaled.onnx", Path(tmp) / "mixed.onnx"
         if smooth_feeds:
-            model = smooth_matmuls(model, matmuls & set(nodes), smooth_feeds, fused)
+            model = smooth_matmuls(model, matmuls & set(nodes), smooth_feeds)
         onnx.save(scale_rows(model, matmuls & set(nodes)), str(staged))
         to_nbits = bool(keep) and not kept_fp32  # the kept MatMuls go MatMulNBits in a second pass
+        quantized = mixed if to_nbits else dst
         quantize_dynamic(
             str(staged),
-            str(mixed if to_nbits else dst),
+            str(quantized),
             weight_type=QuantType.QInt8,
             per_channel=True,
             op_types_to_quantize=["MatMul", "Attention"],
@@ -271,10 +272,7 @@ def _rowscaled(
             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
         )
         if smooth_feeds:  # batch-independent integers: the fixed range of row-scaled inputs
-            onnx.save(
-                fixed_range_inputs(onnx.load(str(mixed if to_nbits else dst))),
-                str(mixed if to_nbits else dst),
-            )
+            onnx.save(fixed_range_inputs(onnx.load(str(quantized))), str(quantized))
         if to_nbits:
             _nbits(onnx.load(str(mixed)), dst, [n for n in keep if n in matmuls])
 

@@ -16,7 +16,6 @@ message's integers do not depend on its batch.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 
@@ -24,14 +23,16 @@ SMOOTHING_ALPHA = 0.5  # the paper's default: the range split evenly between act
 ROW_SCALED = "_xn"  # the suffix of a MatMul input divided by its rows' maxima (recipes.scale_rows)
 
 
-def channel_maxima(graph: Path, inputs: Sequence[str], feeds: Sequence[dict]) -> dict[str, np.ndarray]:
-    """Each named tensor's largest absolute value per channel (its last axis) over the tokens of ``feeds``
-    (the graph's input batches; with an attention_mask, its non-padding tokens)."""
+def channel_maxima(graph, inputs: Sequence[str], feeds: Sequence[dict]) -> dict[str, np.ndarray]:
+    """Each named tensor of ``graph`` (an ``onnx.ModelProto``, left as it is) as its largest absolute value
+    per channel (its last axis) over the tokens of ``feeds`` (the graph's input batches; with an
+    attention_mask, its non-padding tokens)."""
     import onnx
     import onnxruntime as ort
     from onnx import TensorProto, helper
 
-    model = onnx.load(str(graph))
+    model = onnx.ModelProto()
+    model.CopyFrom(graph)
     del model.graph.output[:]
     model.graph.output.extend(helper.make_tensor_value_info(x, TensorProto.FLOAT, None) for x in inputs)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -45,16 +46,14 @@ def channel_maxima(graph: Path, inputs: Sequence[str], feeds: Sequence[dict]) ->
     return maxima
 
 
-def smooth_matmuls(
-    model, names: set[str], feeds: Sequence[dict], graph: Path, alpha: float = SMOOTHING_ALPHA
-):
-    """``model`` (the graph at ``graph``, loaded) with each named MatMul's input smoothed per channel (module
+def smooth_matmuls(model, names: set[str], feeds: Sequence[dict], alpha: float = SMOOTHING_ALPHA):
+    """``model`` (an ``onnx.ModelProto``) with each named MatMul's input smoothed per channel (module
     docstring), its maxima measured on ``feeds``; exact in fp32. Returns the model."""
     from onnx import helper, numpy_helper
 
     inits = {i.name: i for i in model.graph.initializer}
     matmuls = [n for n in model.graph.node if n.name in names]
-    maxima = channel_maxima(graph, sorted({n.input[0] for n in matmuls}), feeds)
+    maxima = channel_maxima(model, sorted({n.input[0] for n in matmuls}), feeds)
     out = []
     for n in model.graph.node:
         if n.name in names:
