@@ -144,3 +144,30 @@ def test_more_compound_train_files_rows_join_the_compound_head_rows(tmp_path):
             tiny_config(more_compound_train_files=[pairs], compound_train_file=None, compound_dev_file=None),
             report=lambda _: None,
         )
+
+
+def test_compound_label_files_rows_join_the_compound_head_rows_undistilled(tmp_path):
+    """compound_label_files' rows are read as more_compound_train_files' are, last of all, and no
+    distillation learns them: a teacher's stored targets need not cover them."""
+    from training.fit.train import _read_corpus
+
+    pairs = tmp_path / "train_everyday_pairs.jsonl"
+    rows = [
+        {"text": "text jess the banana bread recipe u gave me", "labels": ["ACTION", "MEMORY"]},
+        {"text": "text jess my banana bread recipe", "label": "ACTION", "twin": True, "pair": "E-2"},
+        {"text": "is my train late, if so tell mum", "labels": ["ACTION", "SEARCH"], "pair": "E-2"},
+    ]
+    pairs.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    plain = _read_corpus(tiny_config(), report=lambda _: None)
+    more = _read_corpus(tiny_config(compound_label_files=[pairs]), report=lambda _: None)
+    assert more.fit_rows.texts == plain.fit_rows.texts + [r["text"] for r in rows]
+    assert more.compound["train"].secondary[-3:] == ["MEMORY", None, "SEARCH"]
+    assert more.distilled == plain.distilled + [False] * len(rows)
+    assert all(plain.distilled[len(plain.head_rows) :])  # compound_train_file's rows are distilled
+    with pytest.raises(ValueError, match="compound_label_files needs compound_train_file"):
+        _read_corpus(
+            tiny_config(compound_label_files=[pairs], compound_train_file=None, compound_dev_file=None),
+            report=lambda _: None,
+        )
+    with pytest.raises(ValueError, match="not both"):
+        tiny_config(compound_label_files=[pairs], more_compound_train_files=[pairs])

@@ -67,6 +67,12 @@ class TrainConfig(BaseModel):
         description="More two-intent requests and twins for the compound head, kept in files of their own "
         "and read after compound_train_file.",
     )
+    compound_label_files: list[Path] = Field(
+        default_factory=list,
+        description="More two-intent requests and twins, read after more_compound_train_files, that no "
+        "distillation learns (as label_files' rows): the two-intent rows train the compound head, the twins "
+        "the label phase and the heads, so a teacher's stored targets need not cover them.",
+    )
     compound_dev_file: Path | None = Field(
         Path("data/compound/dev.jsonl"), description="The compound head's thresholds."
     )
@@ -263,6 +269,11 @@ class TrainConfig(BaseModel):
         both = set(map(str, self.heads_only_files)) & set(map(str, self.label_files))
         if both:
             raise ValueError(f"{sorted(both)}: a file is in heads_only_file or in label_files, not both")
+        both = set(map(str, self.more_compound_train_files)) & set(map(str, self.compound_label_files))
+        if both:
+            raise ValueError(
+                f"{sorted(both)}: a file is in more_compound_train_files or in compound_label_files, not both"
+            )
         return self
 
     @model_validator(mode="after")

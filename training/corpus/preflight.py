@@ -27,6 +27,7 @@ def check_build_files(cfg: TrainConfig) -> list[str]:
     compound = [
         cfg.compound_train_file,
         *cfg.more_compound_train_files,
+        *cfg.compound_label_files,
         cfg.compound_dev_file,
         cfg.compound_test_file,
     ]

@@ -8,8 +8,9 @@
   probability, whether the message has clauses), trained on the training rows with one-vs-rest scores
   cross-fitted (5 folds) so that it does not learn to trust scores of rows the head has seen;
 - the end-goal order of each intent pair, counted on the two-intent training rows;
-- the thresholds, fitted on dev: the lowest that calls at most ``max_single_compound`` of the dev
-  single-intent messages compound;
+- the thresholds, fitted on dev: the lowest clause threshold that calls at most ``max_single_compound`` of
+  the dev single-intent messages compound, then the lowest whole-message threshold within the same share
+  (``CompoundHead.fit_threshold``);
 - optionally the in-context clause reader (``fit_clause_reader``): a softmax head over a clause's pooled
   token states inside the whole message, trained on the probabilities the model gives the clause read
   alone, so that the router reads clauses without a second graph run.
@@ -33,7 +34,8 @@ from router.manifest import ClauseReader, Compound
 FILE = "compound_head.npz"
 DEFAULT_MAX_SINGLE_COMPOUND = 0.015
 DEFAULT_CLAUSE_MIN = 0.5
-DEFAULT_WHOLE_MIN = 0.7  # the whole-message path never adds an intent below this stacked score
+# the whole-message path's highest threshold: fitted lower when dev's single messages leave room for it
+DEFAULT_WHOLE_MIN = 0.7
 THRESHOLD_GRID = tuple(round(x, 2) for x in np.arange(0.10, 0.951, 0.01))
 FOLDS = 5
 
@@ -115,23 +117,34 @@ class CompoundHead:
         label_sets: Sequence[Sequence[str]],
         max_single_compound: float = DEFAULT_MAX_SINGLE_COMPOUND,
     ) -> float:
-        """The lowest threshold at which at most ``max_single_compound`` of the held-out single-intent
-        in-scope messages are called compound (with their predicted primary, as the router sees them)."""
+        """The thresholds on held-out single-intent in-scope messages (with their predicted primary, as the
+        router sees them): first the lowest ``threshold`` at which at most ``max_single_compound`` of them
+        are called compound with the whole-message path at its ceiling (``DEFAULT_WHOLE_MIN``), then the
+        lowest ``whole_threshold`` (from ``threshold`` up to that ceiling) that keeps within the same share.
+        The clause path's evidence is the stronger, so it is fitted first; the whole-message path, which
+        adds the intent a message implies without a clause of its own ("play the album you recommended"),
+        gets what the share leaves. Returns ``threshold``."""
         single = [i for i, s in enumerate(label_sets) if len(s) == 1 and s[0] not in RESERVED]
         if not single:
             raise ValueError("fitting the compound threshold needs held-out single-intent messages")
-        self.whole_threshold = DEFAULT_WHOLE_MIN
-        spec = self.spec(threshold=THRESHOLD_GRID[0], max_single=0.0)  # resolve_intents gets each t
         rows = [(primaries[i], self.score_map(scores[i]), clause_probs[i]) for i in single]
-        chosen = THRESHOLD_GRID[-1]
-        for t in THRESHOLD_GRID:
-            called = [len(resolve_intents(p, spec, m, c, t)) > 1 for p, m, c in rows]
-            if np.mean(called) <= max_single_compound:
-                chosen = t
-                break
-        self.threshold, self.max_single_compound = float(chosen), float(max_single_compound)
-        self.whole_threshold = max(DEFAULT_WHOLE_MIN, self.threshold)
+        self.whole_threshold = DEFAULT_WHOLE_MIN
+        self.threshold = _lowest(THRESHOLD_GRID, lambda t: self._called(rows, t), max_single_compound)
+        ceiling = max(DEFAULT_WHOLE_MIN, self.threshold)
+        wholes = [w for w in THRESHOLD_GRID if self.threshold <= w < ceiling] + [ceiling]
+        self.whole_threshold = _lowest(
+            wholes, lambda w: self._called(rows, self.threshold, w), max_single_compound
+        )
+        self.max_single_compound = float(max_single_compound)
         return self.threshold
+
+    def _called(self, rows, threshold: float, whole: float | None = None) -> float:
+        """The share of ``rows`` (primary, scores, clause probabilities) called compound at ``threshold``
+        and ``whole`` (default: the head's whole_threshold)."""
+        spec = self.spec(threshold=threshold, max_single=0.0)
+        if whole is not None:
+            spec.whole_threshold = whole
+        return float(np.mean([len(resolve_intents(p, spec, m, c)) > 1 for p, m, c in rows]))
 
     # ------------------------------------------------------------------------------ applying
     def scores(self, embeddings: np.ndarray) -> np.ndarray:
@@ -190,6 +203,14 @@ class CompoundHead:
         settings = json.loads(str(z["settings"]))
         reader = {k: z[k] for k in ("reader_coef", "reader_intercept") if k in z}
         return cls(coef=z["coef"], intercept=z["intercept"], **settings, **reader)
+
+
+def _lowest(grid: Sequence[float], share_called, most: float) -> float:
+    """The first value of ``grid`` (rising) whose ``share_called`` is at most ``most``; its last otherwise."""
+    for value in grid:
+        if share_called(value) <= most:
+            return float(value)
+    return float(grid[-1])
 
 
 def fit_clause_reader(

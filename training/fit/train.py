@@ -55,6 +55,7 @@ NOT_HYPERPARAMETERS = (
     "test_file",
     "compound_train_file",
     "more_compound_train_files",
+    "compound_label_files",
     "compound_dev_file",
     "compound_test_file",
 )
@@ -139,10 +140,14 @@ def _read_corpus(config: TrainConfig, report: Reporter) -> _Corpus:
             ("test", config.compound_test_file),
         )
     }
-    if config.more_compound_train_files and compound["train"] is None:
-        raise ValueError("more_compound_train_files needs compound_train_file")
-    for path in config.more_compound_train_files:
-        compound["train"] = _joined(compound["train"], load_labeled(path, labels=labels_in_data))
+    for field in ("more_compound_train_files", "compound_label_files"):
+        if getattr(config, field) and compound["train"] is None:
+            raise ValueError(f"{field} needs compound_train_file")
+    compound_only = 0  # compound_label_files' rows, last of all: no distillation learns them
+    for path in [*config.more_compound_train_files, *config.compound_label_files]:
+        rows = load_labeled(path, labels=labels_in_data)
+        compound["train"] = _joined(compound["train"], rows)
+        compound_only += len(rows) if path in config.compound_label_files else 0
     if (compound["train"] is None) != (compound["dev"] is None):
         raise ValueError(
             "the compound head needs both compound_train_file and compound_dev_file (or neither)"
@@ -153,7 +158,10 @@ def _read_corpus(config: TrainConfig, report: Reporter) -> _Corpus:
     repeats = [
         config.heads_only_weight if len(train_rows) <= i < len(head_rows) else 1 for i in range(len(fit_rows))
     ]
-    distilled = [not len(head_rows) - label_only <= i < len(head_rows) for i in range(len(fit_rows))]
+    distilled = [
+        not (len(head_rows) - label_only <= i < len(head_rows) or i >= len(fit_rows) - compound_only)
+        for i in range(len(fit_rows))
+    ]
     return _Corpus(
         train_rows, heads_only, dev_rows, test_rows, compound, head_rows, fit_rows, repeats, distilled
     )
@@ -210,7 +218,7 @@ def _manifest(config, model, data: _Corpus, calib, metrics, calib_seconds: float
     data_files += [*config.heads_only_files, *config.label_files, config.dev_file]
     data_files += [config.test_file] if config.test_file else []
     data_files += [Path(r.source) for r in compound.values() if r is not None]
-    data_files += config.more_compound_train_files
+    data_files += [*config.more_compound_train_files, *config.compound_label_files]
     manifest = Manifest(
         name=config.name,
         created_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
