@@ -140,7 +140,10 @@ class TrainConfig(BaseModel):
         4.0, gt=0, description="Inverse L2 strength of the one-vs-rest compound head."
     )
     compound_max_single: float = Field(
-        0.015, ge=0, le=1, description="Share of dev single-intent messages the threshold may call compound."
+        0.015,
+        ge=0,
+        le=1,
+        description="Share of dev single-intent messages the thresholds (clause, then whole-message) may call compound.",
     )
     # Reading clauses in the message's own run spares long messages a second run, at a cost in compound
     # recall unless the student is distilled with distil_clause_weight (docs/speed.md).
