@@ -128,8 +128,9 @@ class CompoundHead:
         if not single:
             raise ValueError("fitting the compound threshold needs held-out single-intent messages")
         rows = [(primaries[i], self.score_map(scores[i]), clause_probs[i]) for i in single]
-        self.whole_threshold = DEFAULT_WHOLE_MIN
-        self.threshold = _lowest(THRESHOLD_GRID, lambda t: self._called(rows, t), max_single_compound)
+        self.threshold = _lowest(
+            THRESHOLD_GRID, lambda t: self._called(rows, t, DEFAULT_WHOLE_MIN), max_single_compound
+        )
         ceiling = max(DEFAULT_WHOLE_MIN, self.threshold)
         wholes = [w for w in THRESHOLD_GRID if self.threshold <= w < ceiling] + [ceiling]
         self.whole_threshold = _lowest(
@@ -138,12 +139,11 @@ class CompoundHead:
         self.max_single_compound = float(max_single_compound)
         return self.threshold
 
-    def _called(self, rows, threshold: float, whole: float | None = None) -> float:
+    def _called(self, rows, threshold: float, whole: float) -> float:
         """The share of ``rows`` (primary, scores, clause probabilities) called compound at ``threshold``
-        and ``whole`` (default: the head's whole_threshold)."""
+        and whole-message threshold ``whole``."""
         spec = self.spec(threshold=threshold, max_single=0.0)
-        if whole is not None:
-            spec.whole_threshold = whole
+        spec.whole_threshold = whole
         return float(np.mean([len(resolve_intents(p, spec, m, c)) > 1 for p, m, c in rows]))
 
     # ------------------------------------------------------------------------------ applying

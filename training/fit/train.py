@@ -120,15 +120,8 @@ def _read_corpus(config: TrainConfig, report: Reporter) -> _Corpus:
         raise ValueError(f"intents {unknown} of the training config are not labels of {config.train_file}")
     for path in config.more_train_files:
         train_rows = _joined(train_rows, load_labeled(path, labels=labels_in_data))
-    heads_only = None
-    label_only = 0  # label_files' rows, last among the heads-only ones: no distillation learns them
-    files = [(path, False) for path in config.heads_only_files] + [
-        (path, True) for path in config.label_files
-    ]
-    for path, undistilled in files:
-        rows = load_labeled(path, labels=labels_in_data)
-        heads_only = _joined(heads_only, rows) if heads_only is not None else rows
-        label_only += len(rows) if undistilled else 0
+    # label_files' rows, last among the heads-only ones: no distillation learns them
+    heads_only, label_only = _read_more(None, config.heads_only_files, config.label_files, labels_in_data)
     dev_rows = load_labeled(config.dev_file, labels=labels_in_data)
     test_rows = load_labeled(config.test_file, labels=labels_in_data) if config.test_file else None
 
@@ -143,11 +136,10 @@ def _read_corpus(config: TrainConfig, report: Reporter) -> _Corpus:
     for field in ("more_compound_train_files", "compound_label_files"):
         if getattr(config, field) and compound["train"] is None:
             raise ValueError(f"{field} needs compound_train_file")
-    compound_only = 0  # compound_label_files' rows, last of all: no distillation learns them
-    for path in [*config.more_compound_train_files, *config.compound_label_files]:
-        rows = load_labeled(path, labels=labels_in_data)
-        compound["train"] = _joined(compound["train"], rows)
-        compound_only += len(rows) if path in config.compound_label_files else 0
+    # compound_label_files' rows, last of all: no distillation learns them
+    compound["train"], compound_only = _read_more(
+        compound["train"], config.more_compound_train_files, config.compound_label_files, labels_in_data
+    )
     if (compound["train"] is None) != (compound["dev"] is None):
         raise ValueError(
             "the compound head needs both compound_train_file and compound_dev_file (or neither)"
@@ -165,6 +157,17 @@ def _read_corpus(config: TrainConfig, report: Reporter) -> _Corpus:
     return _Corpus(
         train_rows, heads_only, dev_rows, test_rows, compound, head_rows, fit_rows, repeats, distilled
     )
+
+
+def _read_more(rows, distilled_files, undistilled_files, labels):
+    """``rows`` (or None) joined with the rows of ``distilled_files`` and then ``undistilled_files``; and
+    how many rows the undistilled files gave, which come last."""
+    undistilled = 0
+    for path in [*distilled_files, *undistilled_files]:
+        more = load_labeled(path, labels=labels)
+        rows = _joined(rows, more) if rows is not None else more
+        undistilled += len(more) if path in undistilled_files else 0
+    return rows, undistilled
 
 
 def _calibrate(model: IntentModel, data: _Corpus, config: TrainConfig, report: Reporter):
