@@ -150,14 +150,50 @@ def test_smoothing_is_exact_in_fp32_and_brings_rowscaled_int8_closer_on_an_outli
     assert error(tmp_path / "g.onnx", [{"x": x}]) < 0.7 * error(tmp_path / "g.onnx", ())
 
 
+@pytest.mark.parametrize(
+    ("recipe", "alpha"),
+    [
+        ("rowscaled-int8-smooth-fp32attn", 0.6),
+        ("rowscaled-int8-smooth50-fp32attn", 0.5),
+        ("rowscaled-int8-smooth70-fp32attn", 0.7),
+    ],
+)
+def test_each_smoothed_recipe_divides_its_inputs_by_its_own_alpha(tmp_path, recipe, alpha):
+    """The smoothed recipes differ in alpha alone: the divisor in front of each MatMul is
+    max|x_j| ** alpha / max|W_j| ** (1 - alpha), with max|x_j| measured on the calibration feeds."""
+    from onnx import numpy_helper
+
+    from training.export.recipes import RECIPES, quantize
+
+    model = _graph(tmp_path / "g.onnx")
+    x = _activations()
+    x[:, :, 5] *= 10.0
+    assert RECIPES[recipe].alpha == alpha and RECIPES[recipe].smoothed
+    desc = quantize(
+        recipe, tmp_path / "g.onnx", tmp_path / "g.onnx", tmp_path / "q.onnx", calibration=[{"x": x}]
+    )
+    assert f"alpha {alpha}" in desc
+    inits = {i.name: numpy_helper.to_array(i) for i in onnx.load(str(tmp_path / "q.onnx")).graph.initializer}
+    weights = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    node = next(n for n in model.graph.node if n.name == "/transformer/layer.0/dense/MatMul")
+    w = np.abs(weights[node.input[1]]).max(axis=1)
+    expected = np.abs(x.reshape(-1, x.shape[-1])).max(axis=0) ** alpha / w ** (1 - alpha)
+    np.testing.assert_allclose(1.0 / inits[node.name + "_smooth"], expected, rtol=1e-5)
+
+
 def test_keep_recipes_come_between_the_fast_and_the_faithful_one():
     from training.export.recipes import ALL_RECIPES, DEFAULT_RECIPES, RECIPES, kept_count
 
     faithful = ("fused-nbits8-b32", "fused-nbits8-b32-fp32emb", "nbits8-b32")
     fast = ("rowscaled-int8", "rowscaled-int8-smooth-fp32attn")
-    for order in (DEFAULT_RECIPES, ALL_RECIPES):
-        assert order[:2] == fast and order[-3:] == faithful
-    counts = [kept_count(r) for r in ALL_RECIPES[2:-3]]
+    smoothed = (
+        "rowscaled-int8-smooth-fp32attn",
+        "rowscaled-int8-smooth50-fp32attn",
+        "rowscaled-int8-smooth70-fp32attn",
+    )
+    assert DEFAULT_RECIPES[:2] == fast and DEFAULT_RECIPES[-3:] == faithful
+    assert ALL_RECIPES[:4] == ("rowscaled-int8", *smoothed) and ALL_RECIPES[-3:] == faithful
+    counts = [kept_count(r) for r in ALL_RECIPES[4:-3]]
     assert counts == sorted(counts) and counts[0] > 0
     assert set(ALL_RECIPES) == set(RECIPES) and all(kept_count(r) == 0 for r in faithful)
 

@@ -12,7 +12,8 @@ All work on any BERT-style encoder the export writes (nothing is tied to the shi
 - ``rowscaled-int8-smooth-fp32attn``: the same MatMuls, their inputs smoothed per channel first
   (training.export.smoothing, measured on calibration texts at export) and, once row-scaled, quantized
   over their fixed range [-1, 1], with every fused Attention (the Q, K, V projections and the scores) kept
-  fp32. QAttention quantizes its input with one scale per tensor, not per token, so the attention is
+  fp32. ``rowscaled-int8-smooth50-fp32attn`` and ``-smooth70-`` are the same with the smoothing's alpha
+  0.5 and 0.7 instead of 0.6: a training run whose graph misses parity at one alpha may pass at another. QAttention quantizes its input with one scale per tensor, not per token, so the attention is
   where rowscaled-int8 loses most, and why batch mates move each other's probabilities; here a message
   gets the same integers in any batch, and the other MatMuls keep their int8 speed-up.
 - ``rowscaled-int8-keepK``: the same, except the K encoder nodes whose int8 version alone moves the
@@ -41,7 +42,7 @@ from typing import Literal
 
 import numpy as np
 
-from training.export.smoothing import ROW_SCALED, fixed_range_inputs, smooth_matmuls
+from training.export.smoothing import ROW_SCALED, SMOOTHING_ALPHA, fixed_range_inputs, smooth_matmuls
 
 NBITS_BLOCK = 32
 # x86 CPUs without VNNI (AVX2 only) multiply rowscaled-int8's uint8 activations by its int8 weights with
@@ -66,8 +67,8 @@ class Recipe:
     ``family``: ``rowscaled`` (per-token scaled MatMuls, dynamic int8) or ``nbits`` (MatMulNBits 8-bit
     weights, block 32). ``fused``: from the attention-fused graph, whose Attention stays fp32 in the nbits
     recipes and, with ``attention="float"``, in a rowscaled one. ``smoothed``: a rowscaled recipe's MatMul
-    inputs are smoothed per channel first and quantized over a fixed range (training.export.smoothing).
-    ``embedding``: the embedding table as a dynamic int8 Gather (``int8``) or left floating point
+    inputs are smoothed per channel first and quantized over a fixed range (training.export.smoothing),
+    ``alpha`` saying how much of each channel's range moves into the weights. ``embedding``: the embedding table as a dynamic int8 Gather (``int8``) or left floating point
     (``float``: fused EmbedLayerNormalization; stored fp32, or fp16 with ``int8_half_weights``). ``keep``:
     how many of the most sensitive encoder nodes stay out of int8."""
 
@@ -79,6 +80,7 @@ class Recipe:
     keep: int = 0
     attention: Literal["int8", "float"] = "int8"
     smoothed: bool = False
+    alpha: float = SMOOTHING_ALPHA
 
 
 _NBITS = "MatMulNBits 8-bit weights, block 32, symmetric, accuracy_level 4"
@@ -94,14 +96,19 @@ RECIPES: dict[str, Recipe] = {
             "fused attention; per-token scaled MatMuls; dynamic int8, per-channel weights "
             "(MatMulInteger, QAttention)",
         ),
-        Recipe(
-            "rowscaled-int8-smooth-fp32attn",
-            "rowscaled",
-            True,
-            "int8",
-            "rowscaled-int8 with its MatMul inputs smoothed per channel and every fused Attention fp32",
-            attention="float",
-            smoothed=True,
+        *(
+            Recipe(
+                f"rowscaled-int8-smooth{'' if alpha == SMOOTHING_ALPHA else round(alpha * 100)}-fp32attn",
+                "rowscaled",
+                True,
+                "int8",
+                f"rowscaled-int8 with its MatMul inputs smoothed per channel (alpha {alpha}) and every fused "
+                "Attention fp32",
+                attention="float",
+                smoothed=True,
+                alpha=alpha,
+            )
+            for alpha in (SMOOTHING_ALPHA, 0.5, 0.7)
         ),
         *(
             Recipe(
@@ -238,12 +245,13 @@ def _rowscaled(
     kept_fp32: bool = False,
     attention: bool = True,
     smooth_feeds: Sequence[dict] = (),
+    alpha: float = SMOOTHING_ALPHA,
 ) -> None:
     """rowscaled-int8 on the encoder nodes of ``fused`` (or just ``only``) except ``keep``; kept MatMuls
     become MatMulNBits 8-bit (``kept_fp32``: stay fp32), a kept Attention stays fp32, as every Attention
     does without ``attention``. ``portable``: 7-bit weights (PORTABLE_WEIGHT_BITS). ``smooth_feeds``: the
-    calibration batches on which the MatMul inputs are smoothed, then quantized over a fixed range (none:
-    neither)."""
+    calibration batches on which the MatMul inputs are smoothed (by ``alpha``), then quantized over a fixed
+    range (none: neither)."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -257,7 +265,7 @@ def _rowscaled(
     with tempfile.TemporaryDirectory(prefix="int8-") as tmp:
         staged, mixed = Path(tmp) / "rowscaled.onnx", Path(tmp) / "mixed.onnx"
         if smooth_feeds:
-            model = smooth_matmuls(model, matmuls & set(nodes), smooth_feeds)
+            model = smooth_matmuls(model, matmuls & set(nodes), smooth_feeds, alpha)
         onnx.save(scale_rows(model, matmuls & set(nodes)), str(staged))
         to_nbits = bool(keep) and not kept_fp32  # the kept MatMuls go MatMulNBits in a second pass
         quantized = mixed if to_nbits else dst
@@ -356,6 +364,7 @@ def quantize(
             kept_fp32=kept_fp32,
             attention=spec.attention == "int8",
             smooth_feeds=calibration if spec.smoothed else (),
+            alpha=spec.alpha,
         )
     else:
         _nbits_recipe(spec, fused, plain, dst)
