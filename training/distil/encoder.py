@@ -65,6 +65,7 @@ def distil_encoder(
     head_weight: float = 0.0,
     head_params: Mapping | None = None,
     clause_weight: float = 0.0,
+    bf16: bool = False,
     report: Reporter = print,
     show_progress: bool = True,
 ):
@@ -74,7 +75,8 @@ def distil_encoder(
     length, in a seeded shuffled order; the learning rate warms up over the first 10% of steps, then
     decays to 0. ``freeze_embeddings`` keeps the student's token embedding table fixed; ``dropout`` off
     trains in eval mode. ``labels`` (text -> label) and ``head_params`` (the model head's) give the
-    teacher's head; ``clause_weight`` > 0 adds the clauses-in-context target."""
+    teacher's head; ``clause_weight`` > 0 adds the clauses-in-context target; ``bf16``: the steps under
+    CPU autocast to bfloat16 (training.distil.loop)."""
     import torch
 
     from training.distil.loop import length_batches, train_epochs
@@ -112,6 +114,7 @@ def distil_encoder(
         started=t0,
         report=report,
         show_progress=show_progress,
+        bf16=bf16,
     )
     return student
 

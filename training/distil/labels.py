@@ -32,13 +32,14 @@ def tune_on_labels(
     seed: int,
     head_params: Mapping | None = None,
     freeze_embeddings: bool = True,
+    bf16: bool = False,
     report: Reporter = print,
     show_progress: bool = True,
 ):
     """Train ``body`` (a sentence-transformers body, changed in place and returned) for ``epochs`` on
     ``texts`` and their ``labels`` (module docstring). A text given twice counts twice. Batches hold
     messages of similar length in a seeded shuffled order; the learning rate warms up over the first 10% of
-    steps, then decays to 0 (training.distil.loop)."""
+    steps, then decays to 0; ``bf16``: the steps under CPU autocast to bfloat16 (training.distil.loop)."""
     import torch
 
     from training.distil.encoder import teacher_embeddings
@@ -86,6 +87,7 @@ def tune_on_labels(
         report=report,
         show_progress=show_progress,
         name="label phase",
+        bf16=bf16,
     )
     return body
 

@@ -6,6 +6,10 @@ layers; training.distil.encoder: a student of another encoder).
 - AdamW's learning rate warms up over the first 10% of steps, then decays linearly to 0.
 - A progress bar shows the steps; without a terminal (or with the bar off), a line per epoch gives the
   mean of each part of the loss.
+- With ``bf16``, each step's forward pass and loss run under CPU autocast to bfloat16 (the weights, their
+  gradients and AdamW's state stay fp32). Where the CPU computes bfloat16 natively (``native_bf16``: AMX
+  or AVX512-BF16) a distillation epoch of MiniLM takes about 0.8x the time; elsewhere bfloat16 is
+  emulated and slower, so the builds' default turns it on only there (training.fit.phases).
 """
 
 from __future__ import annotations
@@ -17,6 +21,15 @@ from typing import Any
 
 Reporter = Callable[[str], None]
 Step = Callable[[int], tuple[Any, Mapping[str, float]]]
+
+
+def native_bf16() -> bool:
+    """Whether this CPU computes bfloat16 matrix products natively (AMX tiles or AVX512-BF16), as PyTorch
+    reports it."""
+    import torch
+
+    checks = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
+    return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in checks)
 
 
 def length_batches(tokenizer, texts: Sequence[str], batch_size: int) -> list[list[int]]:
@@ -41,14 +54,15 @@ def train_epochs(
     report: Reporter,
     show_progress: bool,
     name: str = "distillation",
+    bf16: bool = False,
 ) -> None:
     """Train ``student`` (a sentence-transformers body) for ``epochs`` passes over ``batches`` batches.
     ``step(b)`` computes batch b's loss and returns it with its parts (name -> value, the names in the
     order the epoch lines show them); this loop takes the optimiser step. ``freeze_embeddings`` keeps the
     student's token embedding table fixed; ``dropout`` off trains in eval mode; ``more_params`` are more
     AdamW parameter groups, each with its own ``lr``. ``started`` is when the distillation began
-    (``time.perf_counter()``), for the epoch lines, which ``name`` the phase. The student is left in eval
-    mode."""
+    (``time.perf_counter()``), for the epoch lines, which ``name`` the phase. ``bf16``: each step under
+    CPU autocast to bfloat16 (module docstring). The student is left in eval mode."""
     import torch
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -76,7 +90,8 @@ def train_epochs(
             rng.shuffle(ids)
             totals: dict[str, float] = {}
             for b in ids:
-                loss, parts = step(b)
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                    loss, parts = step(b)
                 for part, value in parts.items():
                     totals[part] = totals.get(part, 0.0) + value
                 opt.zero_grad()

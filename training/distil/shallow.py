@@ -51,6 +51,7 @@ def distil_body(
     head_weight: float = 0.0,
     head_params: Mapping | None = None,
     ffn_width: int | None = None,
+    bf16: bool = False,
     report: Reporter = print,
     show_progress: bool = True,
 ):
@@ -68,7 +69,8 @@ def distil_body(
     teacher's embeddings of the ``labels`` texts, applied to every text's embedding, gives the target
     probabilities (KL divergence). ``ffn_width`` keeps that many feed-forward neurons in each student layer:
     those whose mean absolute activation on ``texts``, in the teacher, times the norm of their output
-    weights is largest (``narrow_ffn``)."""
+    weights is largest (``narrow_ffn``). ``bf16``: the steps under CPU autocast to bfloat16
+    (training.distil.loop)."""
     import torch
 
     from training.distil.loop import length_batches, train_epochs
@@ -116,6 +118,7 @@ def distil_body(
         started=t0,
         report=report,
         show_progress=show_progress,
+        bf16=bf16,
     )
     return student
 

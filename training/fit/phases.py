@@ -241,6 +241,7 @@ def label_phase(
         seed=config.seed,
         head_params=head_params,
         freeze_embeddings=config.distil_freeze_embeddings,
+        bf16=bf16_steps(config),
         report=report,
         show_progress=show_progress,
     )
@@ -298,9 +299,18 @@ def _distil_arguments(
         labels=labels,
         head_weight=config.distil_head_weight,
         head_params=head_params,
+        bf16=bf16_steps(config),
         report=report,
         show_progress=show_progress,
     )
+
+
+def bf16_steps(config: TrainConfig) -> bool:
+    """Whether the distillation and the label phase step under CPU autocast to bfloat16: the config's
+    ``bf16_steps``, or, unset, where this CPU computes bfloat16 natively (training.distil.loop)."""
+    from training.distil.loop import native_bf16
+
+    return native_bf16() if config.bf16_steps is None else config.bf16_steps
 
 
 def contrastive_rows(ds, oos_rows: int | None, seed: int):

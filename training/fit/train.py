@@ -25,6 +25,7 @@ from router.manifest import (
     package_versions,
     sha256_file,
 )
+from training.distil.loop import native_bf16
 from training.distil.teacher_targets import TeacherTargets
 from training.fit.checkpoints import CHECKPOINT_DIR, teacher_description
 from training.fit.intent_model import IntentModel
@@ -243,7 +244,11 @@ def _manifest(config, model, data: _Corpus, calib, metrics, calib_seconds: float
                 "label_counts": _head_counts(head_rows.labels, repeats),
             },
             "versions": package_versions(VERSIONED_PACKAGES),
-            "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+            "machine": {
+                "cpus": os.cpu_count(),
+                "platform": platform.platform(),
+                "native_bf16": native_bf16(),
+            },
             "seconds": {
                 "contrastive": round(model.fit_seconds["contrastive"], 2),
                 "distil": round(model.fit_seconds["distil"], 2),
