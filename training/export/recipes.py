@@ -12,10 +12,11 @@ All work on any BERT-style encoder the export writes (nothing is tied to the shi
 - ``rowscaled-int8-smooth-fp32attn``: the same MatMuls, their inputs smoothed per channel first
   (training.export.smoothing, measured on calibration texts at export) and, once row-scaled, quantized
   over their fixed range [-1, 1], with every fused Attention (the Q, K, V projections and the scores) kept
-  fp32. ``rowscaled-int8-smooth50-fp32attn`` and ``-smooth70-`` are the same with the smoothing's alpha
-  0.5 and 0.7 instead of 0.6: a training run whose graph misses parity at one alpha may pass at another. QAttention quantizes its input with one scale per tensor, not per token, so the attention is
+  fp32. QAttention quantizes its input with one scale per tensor, not per token, so the attention is
   where rowscaled-int8 loses most, and why batch mates move each other's probabilities; here a message
   gets the same integers in any batch, and the other MatMuls keep their int8 speed-up.
+  ``rowscaled-int8-smooth50-fp32attn`` and ``-smooth70-`` are the same with the smoothing's alpha 0.5
+  and 0.7 instead of 0.6: a training run whose graph misses parity at one alpha may pass at another.
 - ``rowscaled-int8-keepK``: the same, except the K encoder nodes whose int8 version alone moves the
   probabilities most on a calibration sample (``rank_sensitivity``, measured at export) are left out:
   their MatMuls become MatMulNBits 8-bit (block 32), a fused Attention stays fp32. With
@@ -68,9 +69,10 @@ class Recipe:
     weights, block 32). ``fused``: from the attention-fused graph, whose Attention stays fp32 in the nbits
     recipes and, with ``attention="float"``, in a rowscaled one. ``smoothed``: a rowscaled recipe's MatMul
     inputs are smoothed per channel first and quantized over a fixed range (training.export.smoothing),
-    ``alpha`` saying how much of each channel's range moves into the weights. ``embedding``: the embedding table as a dynamic int8 Gather (``int8``) or left floating point
-    (``float``: fused EmbedLayerNormalization; stored fp32, or fp16 with ``int8_half_weights``). ``keep``:
-    how many of the most sensitive encoder nodes stay out of int8."""
+    ``alpha`` saying how much of each channel's range moves into the weights. ``embedding``: the
+    embedding table as a dynamic int8 Gather (``int8``) or left floating point (``float``: fused
+    EmbedLayerNormalization; stored fp32, or fp16 with ``int8_half_weights``). ``keep``: how many of the
+    most sensitive encoder nodes stay out of int8."""
 
     name: str
     family: Literal["rowscaled", "nbits"]
