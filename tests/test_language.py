@@ -54,6 +54,16 @@ def test_short_messages_are_left_to_the_model_and_unsure_ones_get_the_lower_bar(
     assert ENGLISH.unsupported(text) is None and ENGLISH.unsupported(text, sure=False)["language"] == "es"
 
 
+def test_the_identifier_is_read_when_the_router_loads_not_on_the_first_message(monkeypatch):
+    """Importing and reading the identifier takes about 0.1 s: a service pays it at start-up."""
+    from router import language
+
+    monkeypatch.setattr(language, "_identifier", None)
+    assert LanguageCheck.for_model(None) is None and language._identifier is None
+    loaded = Router.load(committed("models/intent-minilm"))
+    assert loaded.language is not None and language._identifier is not None
+
+
 def test_a_model_that_reads_the_language_or_records_none_is_not_checked():
     assert LanguageCheck.for_model(["en", "zh"]).unsupported("帮我重启一下索引服务") is None
     assert (
