@@ -7,7 +7,7 @@ import pytest
 
 from tests.conftest import FAST, ROOT, SHIPPED, tiny_config
 
-# the shipped int8 graph (rowscaled-int8-smooth-fp32attn): its tensors stored as float16, the six fused
+# the shipped int8 graph (rowscaled-int8-smooth50-fp32attn): its tensors stored as float16, the six fused
 # attentions' Q, K and V weights and the two embedding tables, which this recipe keeps out of int8;
 # dequantized, the 18 MatMulInteger weights (three a layer), their smoothing divided out
 HALF_PRECISION_TENSORS = 8
@@ -95,7 +95,7 @@ def test_the_shipped_models_body_is_recovered_from_its_graph(tmp_path):
     for name in ("manifest.json", graph_file, "tokenizer.json"):
         shutil.copy(SHIPPED / name, shipped / name)
     note = recover_body(shipped, tmp_path / "body", report=lambda _: None)
-    assert note["variant"] == "int8" and note["recipe"] == "rowscaled-int8-smooth-fp32attn"
+    assert note["variant"] == "int8" and note["recipe"] == "rowscaled-int8-smooth50-fp32attn"
     assert note["dequantized"] == DEQUANTIZED and note["weights"] == 101
     assert note["half_precision"] == HALF_PRECISION_TENSORS
     assert note["kept_from_base"] == ["pooler.dense.bias", "pooler.dense.weight"]
