@@ -94,3 +94,81 @@ def test_the_command_prints_a_table_and_writes_the_results_in_a_new_folder(clinc
     assert "side-effect: ACTION" in r.output and list(json.loads(out.read_text())["runs"]) == ["off"]
     bad = CliRunner().invoke(app, [*args[:-4], "--distance", "never"])
     assert bad.exit_code == 2 and "distance choice" in bad.output
+
+
+CONTRACT = [
+    {"group": "information", "id": 0, "intents": ["SEARCH"], "ambiguous": False},  # will it rain in boston
+    {"group": "information", "id": 1, "intents": ["SEARCH"], "ambiguous": False},
+    {"group": "information", "id": 2, "intents": ["REASONING"], "ambiguous": False},  # what does ... mean
+    {"group": "small_talk", "id": 0, "intents": ["OUT_OF_SCOPE"], "ambiguous": False},
+    {"group": "small_talk", "id": 1, "intents": ["OUT_OF_SCOPE"], "ambiguous": False},
+    {"group": "oos_test", "id": 0, "intents": ["PLANNING"], "ambiguous": False},  # a better singer
+    {"group": "oos_test", "id": 1, "intents": ["REASONING"], "ambiguous": True},  # the best age for chess
+]
+
+
+def _write(tmp_path, rows, name="contract.jsonl"):
+    path = tmp_path / name
+    path.write_text("\n".join(r if isinstance(r, str) else json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def test_the_contract_figures_read_each_routed_message_against_its_label(clinc, tmp_path):
+    """A message is routed as the contract says when its first intent is among the Decision's intents, or,
+    labelled OUT_OF_SCOPE, when no intent is routed; a group with no labels gets no contract figures."""
+    from router import Router
+
+    result = run_scope_check(clinc, SHIPPED, "admin", ("off",), contract=_write(tmp_path, CONTRACT))
+    figures = result["runs"]["off"]
+    assert "contract" not in figures["side_effect"]
+    router, groups = Router.load(SHIPPED), scope_groups(clinc)
+    for group in ("information", "small_talk", "oos_test"):
+        labels = [r for r in CONTRACT if r["group"] == group]
+        decisions = router.route_batch([t for t, _ in groups[group]], "admin")
+        right = [
+            (not decisions[r["id"]].intents)
+            if r["intents"] == ["OUT_OF_SCOPE"]
+            else r["intents"][0] in decisions[r["id"]].intents
+            for r in labels
+        ]
+        c = figures[group]["contract"]
+        assert c["n"] == len(labels) and c["as_contract"] == pytest.approx(sum(right) / len(labels), abs=1e-6)
+        assert sum(p["as_contract"] for p in c["per_label"].values()) == sum(right)
+    c = figures["oos_test"]["contract"]
+    assert c["asks_for_an_intent"] == 1.0 and c["asking_none_not_routed"] is None and c["ambiguous"] == 0.5
+    assert c["unambiguous"]["n"] == 1
+    live = figures["information"]["contract"]["live_data"]
+    weather = router.route_batch([t for t, y in groups["information"] if y == "weather"], "admin")
+    assert live["n"] == 2 and live["contract_search"] == 1.0
+    assert live["search_of_contract_search"] == sum("SEARCH" in d.intents for d in weather) / 2
+    assert figures["small_talk"]["contract"]["asks_for_an_intent"] == 0.0
+
+
+@pytest.mark.parametrize(
+    "rows,message",
+    [
+        (['{"group": "oos_test", "id": 0}'], "needs group, id and intents"),
+        (["not json"], "needs group, id and intents"),
+        ([{"group": "banking", "id": 0, "intents": ["SEARCH"]}], "group 'banking'"),
+        ([{"group": "oos_test", "id": "7", "intents": ["SEARCH"]}], "id must be a number"),
+        ([CONTRACT[5], CONTRACT[5]], "labelled twice"),
+        ([{"group": "oos_test", "id": 2, "intents": ["SEARCH"]}], "ids \\[2\\] are outside it"),
+        ([{"group": "oos_test", "id": 0, "intents": ["SMALLTALK"]}], "names \\['SMALLTALK'\\]"),
+    ],
+)
+def test_a_malformed_contract_file_is_refused_with_its_line_or_its_label(clinc, tmp_path, rows, message):
+    with pytest.raises(ValueError, match=message):
+        run_scope_check(clinc, SHIPPED, "admin", ("off",), contract=_write(tmp_path, rows))
+
+
+def test_the_command_prints_the_contract_table(clinc, tmp_path):
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    args = ["bench", "scope", "--path", str(clinc), "--model", str(SHIPPED), "--distance", "off"]
+    r = CliRunner().invoke(app, [*args, "--contract", str(_write(tmp_path, CONTRACT))])
+    assert r.exit_code == 0, r.output
+    assert "By the labelling contract" in r.output and "oos_test" in r.output
+    missing = CliRunner().invoke(app, [*args, "--contract", str(tmp_path / "none.jsonl")])
+    assert missing.exit_code == 2 and "none.jsonl" in missing.output

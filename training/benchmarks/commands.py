@@ -138,15 +138,24 @@ def bench_scope(
         ),
     ] = None,
     out: Path | None = Opt(None, help="Write the results JSON here."),
+    contract: Annotated[
+        Path | None,
+        Opt(
+            help="CLINC150's messages labelled by the contract (docs/results/clinc150-contract.jsonl): "
+            "each group's figures against it too."
+        ),
+    ] = None,
 ) -> dict:
     """The out-of-scope boundary on text nobody here wrote: CLINC150's side-effect intents (routed to ACTION?),
-    its information intents (routed? SEARCH for live data?), its small talk and oos_test (not routed?), with the in-scope distance on and off (training/benchmarks/clinc_scope.py)."""
+    its information intents (routed? SEARCH for live data?), its small talk and oos_test (not routed?), with the in-scope distance on and off (training/benchmarks/clinc_scope.py); with --contract, against what the labelling contract asks of each message (training/benchmarks/clinc_contract.py)."""
     from eval.reports.report_files import write_json
     from training.benchmarks.clinc_scope import DISTANCE_CHOICES, run_scope_check
 
     try:
-        result = run_scope_check(path, model, role, tuple(distance or DISTANCE_CHOICES), report=say)
-    except ValueError as e:
+        result = run_scope_check(
+            path, model, role, tuple(distance or DISTANCE_CHOICES), report=say, contract=contract
+        )
+    except (ValueError, OSError) as e:
         raise fail(str(e), code=2) from None
     rows = []
     for choice, groups in result["runs"].items():
@@ -157,9 +166,34 @@ def bench_scope(
     header = ["distance", "side-effect: ACTION", "side-effect: oos", "info: routed", "info: oos"]
     header += ["live: SEARCH", "small talk: unrouted", "oos_test: unrouted"]  # oos: called out of scope
     table(f"CLINC150 test, {result['model_id']}", header, rows)
+    if contract is not None:
+        _contract_table(result)
     if out:
         console.print(f"wrote {write_json(result, out)}")
     return result
+
+
+def _contract_table(result: dict) -> None:
+    """bench scope --contract: each labelled group against what the contract asks of its messages."""
+
+    def pct(v):
+        return "n/a" if v is None else f"{v:.1%}"
+
+    rows = []
+    for choice, groups in result["runs"].items():
+        for group, figures in groups.items():
+            c = figures.get("contract")
+            if c is None:
+                continue
+            live = c.get("live_data")
+            search = (
+                f"{pct(live['contract_search'])} / {pct(live['search_of_contract_search'])}" if live else ""
+            )
+            shares = ("asks_for_an_intent", "as_contract", "asking_routed_to_it", "asking_none_not_routed")
+            rows.append([choice, group, c["n"], *(pct(c[k]) for k in shares), pct(c["ambiguous"]), search])
+    header = ["distance", "group", "labelled", "asks for an intent", "as the contract says"]
+    header += ["asking: routed to it", "asking none: unrouted", "ambiguous", "live: contract SEARCH / routed"]
+    table("By the labelling contract", header, rows)
 
 
 @bench_app.command("encoders")
