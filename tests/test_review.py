@@ -218,7 +218,8 @@ def test_the_same_seed_gives_the_same_queue(log, tmp_path):
     def drawn(rows):
         return {r["text"] for r in rows if r["why"] == ["confident_sample"]}
 
-    assert len(drawn(a)) == len(drawn(c)) == 2 and drawn(a) != drawn(c)  # another seed, another draw
+    # the confident slice: 10% of the budget, more when the log has too few other candidates to fill it
+    assert len(drawn(a)) == len(drawn(c)) >= 2 and drawn(a) != drawn(c)  # another seed, another draw
 
 
 def test_csv_and_label_studio_outputs_match_the_queue(log, tmp_path):
