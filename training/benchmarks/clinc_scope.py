@@ -13,7 +13,9 @@ verifier, as a service would route them:
   contract the 18 live-data intents (weather, exchange rates, flight status, ...) are SEARCH and the 15
   general-knowledge ones (definitions, translations, conversions, cooking times, ...) REASONING; none is out
   of scope. Reported: the share routed to one of the intents with confidence, the share called out of
-  scope, the share below the threshold, and SEARCH among the live-data intents.
+  scope, the share below the threshold, and SEARCH among the live-data intents. Read message by message
+  (``--contract``), 83% of the live-data messages are SEARCH: a time zone, a plug type or a visa rule is
+  general knowledge.
 * ``small_talk``: 15 chit-chat intents (greetings, thanks, jokes, questions about the assistant, and the
   bare replies yes, no and maybe, which with no turn before them ask for nothing): the share not routed
   to any intent.
