@@ -234,7 +234,8 @@ def run_scope_check(
     }
 
 
-def _pct(v: float | None) -> str:
+def percent(v: float | None) -> str:
+    """A share as bench scope prints it: one decimal, or n/a for a group with no messages."""
     return "n/a" if v is None else f"{v:.1%}"
 
 
@@ -243,9 +244,9 @@ def summary_line(figures: dict) -> str:
     se, inf = figures["side_effect"], figures["information"]
     st, oo = figures["small_talk"], figures["oos_test"]
     return (
-        f"side-effect intents ACTION {_pct(se['action'])}, out of scope {_pct(se['out_of_scope'])} "
-        f"(n={se['n']}); information intents routed {_pct(inf['routed_confident'])}, out of scope "
-        f"{_pct(inf['out_of_scope'])}, below the threshold {_pct(inf['below_threshold'])} (n={inf['n']}), "
-        f"live-data SEARCH {_pct(inf['live_data_search'])} (n={inf['live_data_n']}); small talk not routed "
-        f"{_pct(st['not_routed'])} (n={st['n']}); oos_test not routed {_pct(oo['not_routed'])} (n={oo['n']})"
+        f"side-effect intents ACTION {percent(se['action'])}, out of scope {percent(se['out_of_scope'])} "
+        f"(n={se['n']}); information intents routed {percent(inf['routed_confident'])}, out of scope "
+        f"{percent(inf['out_of_scope'])}, below the threshold {percent(inf['below_threshold'])} (n={inf['n']}), "
+        f"live-data SEARCH {percent(inf['live_data_search'])} (n={inf['live_data_n']}); small talk not routed "
+        f"{percent(st['not_routed'])} (n={st['n']}); oos_test not routed {percent(oo['not_routed'])} (n={oo['n']})"
     )

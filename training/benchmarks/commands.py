@@ -149,7 +149,7 @@ def bench_scope(
     """The out-of-scope boundary on text nobody here wrote: CLINC150's side-effect intents (routed to ACTION?),
     its information intents (routed? SEARCH for live data?), its small talk and oos_test (not routed?), with the in-scope distance on and off (training/benchmarks/clinc_scope.py); with --contract, against what the labelling contract asks of each message (training/benchmarks/clinc_contract.py)."""
     from eval.reports.report_files import write_json
-    from training.benchmarks.clinc_scope import DISTANCE_CHOICES, run_scope_check
+    from training.benchmarks.clinc_scope import DISTANCE_CHOICES, percent, run_scope_check
 
     try:
         result = run_scope_check(
@@ -162,7 +162,7 @@ def bench_scope(
         se, inf, st, oo = (groups[g] for g in ("side_effect", "information", "small_talk", "oos_test"))
         shares = (se["action"], se["out_of_scope"], inf["routed_confident"], inf["out_of_scope"])
         shares += (inf["live_data_search"], st["not_routed"], oo["not_routed"])
-        rows.append([choice, *("n/a" if v is None else f"{v:.1%}" for v in shares)])
+        rows.append([choice, *(percent(v) for v in shares)])
     header = ["distance", "side-effect: ACTION", "side-effect: oos", "info: routed", "info: oos"]
     header += ["live: SEARCH", "small talk: unrouted", "oos_test: unrouted"]  # oos: called out of scope
     table(f"CLINC150 test, {result['model_id']}", header, rows)
@@ -175,9 +175,7 @@ def bench_scope(
 
 def _contract_table(result: dict) -> None:
     """bench scope --contract: each labelled group against what the contract asks of its messages."""
-
-    def pct(v):
-        return "n/a" if v is None else f"{v:.1%}"
+    from training.benchmarks.clinc_scope import percent as pct
 
     rows = []
     for choice, groups in result["runs"].items():
