@@ -151,3 +151,20 @@ def test_bench_languages_counts_each_outcome_per_language(tmp_path):
     path.write_text('{"text": "hola"}\n', encoding="utf-8")
     bad = CliRunner().invoke(app, args)
     assert bad.exit_code == 2 and "needs string field(s) label, lang" in bad.output
+
+
+def test_the_identifier_reads_a_long_message_past_its_80th_character_in_whole_words():
+    """The package cuts its input at 80 characters, mid-word if need be; the check gives it whole words up
+    to MAX_CHARS, so what follows a long English opening still counts."""
+    from router.language import MAX_CHARS, clip
+
+    opening = "ok so here is the thing, and sorry for the long message before i get to it: "
+    request = (
+        "reinicia el servicio de indexación en el clúster de producción y avísame cuando termine, por favor"
+    )
+    assert len(opening) < 80 < len(opening + request)
+    found = ENGLISH.unsupported(opening + request)
+    assert found is not None and found["language"] == "es"
+    long = "word " * 200
+    assert len(clip(long)) <= MAX_CHARS and clip(long).split() == ["word"] * len(clip(long).split())
+    assert clip("two\nlines  here") == "two lines here"
