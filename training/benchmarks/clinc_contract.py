@@ -27,6 +27,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from training.benchmarks.shares import share
+
 NO_INTENT = "OUT_OF_SCOPE"
 GROUPS = ("side_effect", "information", "small_talk", "oos_test")
 
@@ -77,15 +79,15 @@ def _shares(pairs: list[tuple[dict, object]]) -> dict:
     asks = [(lab, d) for lab, d in pairs if lab["intents"][0] != NO_INTENT]
     none = [(lab, d) for lab, d in pairs if lab["intents"][0] == NO_INTENT]
 
-    def share(rows):
-        return round(sum(_as_contract(lab, d) for lab, d in rows) / len(rows), 6) if rows else None
+    def treated(rows):
+        return share(_as_contract(lab, d) for lab, d in rows)
 
     return {
         "n": len(pairs),
-        "asks_for_an_intent": round(len(asks) / len(pairs), 6) if pairs else None,
-        "as_contract": share(pairs),
-        "asking_routed_to_it": share(asks),
-        "asking_none_not_routed": share(none),
+        "asks_for_an_intent": share(lab["intents"][0] != NO_INTENT for lab, _ in pairs),
+        "as_contract": treated(pairs),
+        "asking_routed_to_it": treated(asks),
+        "asking_none_not_routed": treated(none),
     }
 
 
@@ -106,7 +108,7 @@ def contract_figures(
         row["as_contract"] += int(_as_contract(lab, d))
     out = {
         **_shares(pairs),
-        "ambiguous": round(sum(lab["ambiguous"] for lab, _ in pairs) / len(pairs), 6) if pairs else None,
+        "ambiguous": share(lab["ambiguous"] for lab, _ in pairs),
         "unambiguous": _shares([(lab, d) for lab, d in pairs if not lab["ambiguous"]]),
         "per_label": per,
     }
@@ -131,8 +133,6 @@ def _live_data(
     search = [d for lab, d in rows if "SEARCH" in lab["intents"]]
     return {
         "n": len(rows),
-        "contract_search": round(len(search) / len(rows), 6),
-        "search_of_contract_search": round(sum("SEARCH" in d.intents for d in search) / len(search), 6)
-        if search
-        else None,
+        "contract_search": share("SEARCH" in lab["intents"] for lab, _ in rows),
+        "search_of_contract_search": share("SEARCH" in d.intents for d in search),
     }

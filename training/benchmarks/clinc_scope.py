@@ -41,6 +41,7 @@ from pathlib import Path
 from router.decision import ReasonCode
 from training.benchmarks.clinc_contract import check_contract, contract_figures, read_contract
 from training.benchmarks.public_data import read_clinc150
+from training.benchmarks.shares import percent, share
 
 SIDE_EFFECT_INTENTS = (
     "text",
@@ -134,16 +135,16 @@ def group_figures(decisions: Sequence, cases: Sequence[tuple[str, str]], group: 
     oos = [d for d in decisions if d.reason_code == "out_of_scope"]
     out: dict = {
         "n": n,
-        "routed": round(sum(bool(d.intents) for d in decisions) / n, 6) if n else None,
-        "not_routed": round(sum(not d.intents for d in decisions) / n, 6) if n else None,
-        "out_of_scope": round(len(oos) / n, 6) if n else None,
+        "routed": share(bool(d.intents) for d in decisions),
+        "not_routed": share(not d.intents for d in decisions),
+        "out_of_scope": share(d.reason_code == "out_of_scope" for d in decisions),
         "out_of_scope_by": dict(Counter(_signal(d) for d in oos)),
     }
     if group == "information":
         out.update(information_figures(decisions, cases))
     if group == "side_effect":
         action = [("ACTION" in d.intents) for d in decisions]
-        out["action"] = round(sum(action) / n, 6) if n else None
+        out["action"] = share(action)
         per: dict[str, dict] = {}
         for (_, intent), d, a in zip(cases, decisions, action, strict=True):
             row = per.setdefault(intent, {"n": 0, "action": 0, "out_of_scope": 0})
@@ -155,10 +156,6 @@ def group_figures(decisions: Sequence, cases: Sequence[tuple[str, str]], group: 
             Counter("+".join(d.intents) or d.reason_code for d in decisions).most_common(8)
         )
     return out
-
-
-def _share(flags: Sequence[bool]) -> float | None:
-    return round(sum(flags) / len(flags), 6) if flags else None
 
 
 def information_figures(decisions: Sequence, cases: Sequence[tuple[str, str]]) -> dict:
@@ -177,10 +174,10 @@ def information_figures(decisions: Sequence, cases: Sequence[tuple[str, str]]) -
         row["out_of_scope"] += int(d.reason_code == "out_of_scope")
         row["unsure"] += int(d.reason_code in UNSURE_REASONS)
     return {
-        "routed_confident": _share(confident),
-        "below_threshold": _share([d.reason_code in UNSURE_REASONS for d in decisions]),
+        "routed_confident": share(confident),
+        "below_threshold": share([d.reason_code in UNSURE_REASONS for d in decisions]),
         "live_data_n": len(live),
-        "live_data_search": _share(live),
+        "live_data_search": share(live),
         "per_intent": per,
         "top_intents": dict(Counter("+".join(d.intents) or d.reason_code for d in decisions).most_common(8)),
     }
@@ -232,11 +229,6 @@ def run_scope_check(
         "runs": runs,
         "environment": {"python": platform.python_version(), "machine": platform.machine()},
     }
-
-
-def percent(v: float | None) -> str:
-    """A share as bench scope prints it: one decimal, or n/a for a group with no messages."""
-    return "n/a" if v is None else f"{v:.1%}"
 
 
 def summary_line(figures: dict) -> str:

@@ -149,7 +149,8 @@ def bench_scope(
     """The out-of-scope boundary on text nobody here wrote: CLINC150's side-effect intents (routed to ACTION?),
     its information intents (routed? SEARCH for live data?), its small talk and oos_test (not routed?), with the in-scope distance on and off (training/benchmarks/clinc_scope.py); with --contract, against what the labelling contract asks of each message (training/benchmarks/clinc_contract.py)."""
     from eval.reports.report_files import write_json
-    from training.benchmarks.clinc_scope import DISTANCE_CHOICES, percent, run_scope_check
+    from training.benchmarks.clinc_scope import DISTANCE_CHOICES, run_scope_check
+    from training.benchmarks.shares import percent
 
     try:
         result = run_scope_check(
@@ -175,7 +176,7 @@ def bench_scope(
 
 def _contract_table(result: dict) -> None:
     """bench scope --contract: each labelled group against what the contract asks of its messages."""
-    from training.benchmarks.clinc_scope import percent as pct
+    from training.benchmarks.shares import percent as pct
 
     rows = []
     for choice, groups in result["runs"].items():
